@@ -1,0 +1,3 @@
+from halo.cli import main
+
+raise SystemExit(main())

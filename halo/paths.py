@@ -1,0 +1,60 @@
+"""Where things live: the repository checkout, the store, caches, scratch space."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from halo.errors import HaloError
+
+REPO_MARKERS = ("images/images.yaml", "pins")
+
+
+def find_repo(start: Path | None = None) -> Path:
+    """The checkout that holds images/ and pins/: $HALO_REPO, else the nearest parent of cwd."""
+    if env := os.environ.get("HALO_REPO"):
+        return Path(env).resolve()
+    here = (start or Path.cwd()).resolve()
+    for cand in (here, *here.parents):
+        if all((cand / m).exists() for m in REPO_MARKERS):
+            return cand
+    raise HaloError(f"{here}: not inside a Halo checkout (no images/images.yaml above it); set HALO_REPO")
+
+
+def cache_home() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "halo"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The directories of one checkout. Derived from the repo root; nothing global."""
+
+    repo: Path
+
+    @property
+    def pins(self) -> Path:
+        return self.repo / "pins"
+
+    @property
+    def images(self) -> Path:
+        return self.repo / "images"
+
+    @property
+    def patches(self) -> Path:
+        return self.repo / "patches"
+
+    @property
+    def package(self) -> Path:
+        return self.repo / "halo"
+
+    def lock(self, set_name: str) -> Path:
+        return self.pins / f"{set_name}.lock"
+
+
+def store_root() -> Path:
+    return Path(os.environ.get("HALO_STORE") or cache_home() / "store")
+
+
+def scratch_root() -> Path:
+    return Path(os.environ.get("HALO_SCRATCH") or cache_home() / "scratch")

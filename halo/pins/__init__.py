@@ -1,0 +1,1 @@
+"""Pin sets: inputs in pins/<set>.toml, resolved into pins/<set>.lock."""

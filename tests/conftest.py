@@ -1,0 +1,28 @@
+"""Strict tiers: a GPU or rollout test that cannot run here is skipped with its reason."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+GPU_MARKERS = ("gpu_core", "gpu_full")
+
+
+@functools.cache
+def _gpu_absent_reason() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return "needs a CUDA GPU: torch is not installed here"
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU: torch.cuda.is_available() is False on this machine"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(m) for m in GPU_MARKERS):
+            reason = _gpu_absent_reason()
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
