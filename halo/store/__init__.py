@@ -1,0 +1,1 @@
+"""The content-addressed store: artifacts kept under their sha256, fetched and verified."""
