@@ -1,0 +1,1 @@
+"""Images: the catalog, input hashes, plans and hermetic builds."""

@@ -1,0 +1,85 @@
+"""`halo image build|plan|base|push|stamp`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    image = sub.add_parser("image", help="plan, build and publish images")
+    isub = image.add_subparsers(dest="image_command", metavar="ACTION", required=True)
+
+    p = isub.add_parser("build", help="build images hermetically (no-op when the input hash exists)")
+    p.add_argument("names", nargs="*", metavar="NAME")
+    p.add_argument("--all", action="store_true", help="every image in the catalog, in dependency order")
+    p.add_argument("--force", action="store_true", help="rebuild even if the input hash is already tagged")
+    p.set_defaults(func=_build)
+
+    p = isub.add_parser("base", help="make (or find) the base of an image: the fetch phase of its OS layer")
+    p.add_argument("names", nargs="+", metavar="NAME")
+    p.set_defaults(func=_base)
+
+    p = isub.add_parser("stamp", help="(runs inside an image build) apply patches, write build.json and SBOM")
+    p.add_argument("--inputs", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--sbom", type=Path)
+    p.add_argument("--apply-patches", action="store_true")
+    p.set_defaults(func=_stamp)
+
+
+def _selected(catalog, names: list[str], all_: bool) -> list:  # type: ignore[no-untyped-def]
+    from halo.errors import HaloError
+
+    if all_:
+        return list(catalog.images.values())
+    if not names:
+        raise HaloError("halo image: name an image (or --all); known: " + ", ".join(sorted(catalog.images)))
+    return [catalog.image(n) for n in names]
+
+
+def _build(args: argparse.Namespace) -> int:
+    from halo.images.build import build_image, report
+    from halo.images.catalog import load_catalog
+    from halo.images.docker import Docker
+    from halo.paths import find_repo, store_root
+    from halo.store.store import Store
+
+    repo = find_repo()
+    catalog = load_catalog(repo)
+    images = _selected(catalog, args.names, args.all)
+    store = Store(store_root())
+    built = []
+    for image in images:
+        result = build_image(repo, catalog, image, store, force=args.force)
+        if not result.rebuilt:
+            print(f"{image.moving_ref}: up to date (input hash {result.inputs.hash[:12]}), nothing to build")
+        built.append(result)
+    print(report(built, Docker.discover()))
+    return 0
+
+
+def _base(args: argparse.Namespace) -> int:
+    from halo.images.base import make_base
+    from halo.images.catalog import load_catalog
+    from halo.images.docker import Docker
+    from halo.paths import cache_home, find_repo
+
+    repo = find_repo()
+    catalog = load_catalog(repo)
+    docker = Docker.discover()
+    for name in args.names:
+        image = catalog.image(name)
+        for base_name in filter(None, (image.base, image.builder)):
+            state = make_base(catalog.bases[base_name], repo, docker, cache_home() / "work")
+            print(f"{base_name}: {state.ref} {state.image_id}")
+    return 0
+
+
+def _stamp(args: argparse.Namespace) -> int:
+    from halo.images.stamp import stamp
+
+    record = stamp(args.inputs, args.out, args.sbom, args.apply_patches)
+    states = ", ".join(f"{p['name']}={p['state']}" for p in record.get("patches", [])) or "none"  # type: ignore[union-attr]
+    print(f"build.json: input hash {record['input_hash'][:12]}; patches: {states}")
+    return 0

@@ -1,0 +1,64 @@
+"""Stage a build context: exactly the bytes the Dockerfile may use, nothing from the network.
+
+wheels/    the lock's artifacts, hard-linked from the store after re-verifying their sha256,
+           plus requirements.txt (name==version --hash=...) and _pip.whl to install them
+kernels/   wheels of source derivations (may be empty) and their requirements.txt
+halo/      halo's own wheel and build-inputs.json
+patches/   the patch modules, applied strictly in the image
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from halo.errors import HaloError
+from halo.images.selfwheel import build_wheel
+from halo.pins.lockfile import Lock, normalize
+from halo.store.store import Store
+
+PIP_NAME = "pip"
+
+
+def requirements(lock: Lock) -> str:
+    lines = []
+    for pkg in sorted(lock.packages, key=lambda p: normalize(p.name)):
+        hashes = " ".join(f"--hash=sha256:{a.sha256}" for a in pkg.artifacts)
+        lines.append(f"{pkg.name}=={pkg.version} {hashes}")
+    return "\n".join(lines) + "\n"
+
+
+def stage_context(
+    ctx: Path,
+    repo: Path,
+    lock: Lock,
+    store: Store,
+    kernel_wheels: Sequence[tuple[Path, str]],
+    build_inputs: dict[str, object],
+) -> None:
+    """Fill ``ctx`` (an empty directory). Raises before writing the Dockerfile if any artifact is off."""
+    pip = lock.package(PIP_NAME)
+    if pip is None or not any(a.is_wheel for a in pip.artifacts):
+        raise HaloError(f"pins/{lock.set}.lock: no pip wheel; the image installs the lock offline with pip, add `pip` to the set's requirements")
+    wheels = ctx / "wheels"
+    for art in lock.artifacts:
+        store.verify(art.sha256, art.file)
+        store.link_into(art.sha256, wheels / art.file)
+    pip_wheel = next(a for a in pip.artifacts if a.is_wheel)
+    store.link_into(pip_wheel.sha256, wheels / "_pip.whl")
+    (wheels / "requirements.txt").write_text(requirements(lock))
+
+    kernels = ctx / "kernels"
+    kernels.mkdir()
+    kernel_lines = []
+    for wheel, sha in kernel_wheels:
+        shutil.copyfile(wheel, kernels / wheel.name)
+        kernel_lines.append(f"{wheel.name.split('-')[0]} @ file:///tmp/halo-kernels/{wheel.name} --hash=sha256:{sha}")
+    (kernels / "requirements.txt").write_text("".join(f"{line}\n" for line in kernel_lines))
+
+    dist = ctx / "halo"
+    build_wheel(repo, dist)
+    (dist / "build-inputs.json").write_text(json.dumps(build_inputs, indent=2, sort_keys=True) + "\n")
+    shutil.copytree(repo / "patches", ctx / "patches", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

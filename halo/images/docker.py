@@ -1,0 +1,133 @@
+"""The Docker edge: every call to the docker CLI goes through here.
+
+Builds use BuildKit: `docker buildx build --load` where the buildx plugin exists, else the
+engine's built-in BuildKit (`DOCKER_BUILDKIT=1 docker build`), which only CLIs older than 23
+still offer. A newer CLI without buildx can still inspect, tag, load and run, so those calls
+use the first docker on PATH and only builds go looking for a BuildKit-capable one.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from halo.errors import HaloError
+
+
+def _run(argv: Sequence[str], env: Mapping[str, str] | None = None, check: bool = True, capture: bool = True) -> subprocess.CompletedProcess[str]:
+    try:
+        proc = subprocess.run(list(argv), env=env, text=True, capture_output=capture, check=False)
+    except FileNotFoundError:
+        raise HaloError(f"{argv[0]}: not found; install Docker (docker.io) and start dockerd") from None
+    if check and proc.returncode != 0:
+        err = (proc.stderr or "").strip().splitlines()
+        raise HaloError(f"{' '.join(argv[:3])}: failed: {err[-1] if err else f'exit {proc.returncode}'}")
+    return proc
+
+
+def _docker_candidates() -> list[str]:
+    if override := os.environ.get("HALO_DOCKER"):
+        return [override]
+    found = []
+    for entry in os.environ.get("PATH", "").split(os.pathsep):
+        exe = Path(entry) / "docker"
+        if exe.is_file() and os.access(exe, os.X_OK) and str(exe) not in found:
+            found.append(str(exe))
+    return found
+
+
+@dataclass(frozen=True)
+class Builder:
+    exe: str
+    buildx: bool
+
+    def argv(self) -> list[str]:
+        return [self.exe, "buildx", "build", "--load"] if self.buildx else [self.exe, "build"]
+
+
+@dataclass(frozen=True)
+class Docker:
+    exe: str
+
+    @classmethod
+    def discover(cls) -> Docker:
+        cands = _docker_candidates()
+        if not cands:
+            raise HaloError("docker: not found on PATH; install Docker and start dockerd")
+        return cls(cands[0])
+
+    @functools.cached_property
+    def builder(self) -> Builder:
+        for exe in _docker_candidates():
+            if _run([exe, "buildx", "version"], check=False).returncode == 0:
+                return Builder(exe, buildx=True)
+            version = _run([exe, "version", "--format", "{{.Client.Version}}"], check=False).stdout.strip()
+            if version and int(version.split(".")[0]) < 23:
+                return Builder(exe, buildx=False)
+        raise HaloError("docker: no BuildKit builder found (need the buildx plugin, or a docker CLI older than 23)")
+
+    def ping(self) -> None:
+        proc = _run([self.exe, "version", "--format", "{{.Server.Version}}"], check=False)
+        if proc.returncode != 0:
+            raise HaloError("docker: the engine is not reachable; start dockerd (or set DOCKER_HOST)")
+
+    def image_id(self, ref: str) -> str | None:
+        proc = _run([self.exe, "image", "inspect", "--format", "{{.Id}}", ref], check=False)
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    def inspect(self, ref: str, fmt: str) -> str:
+        return _run([self.exe, "image", "inspect", "--format", fmt, ref]).stdout.strip()
+
+    def layers(self, ref: str) -> list[str]:
+        return self.inspect(ref, "{{range .RootFS.Layers}}{{println .}}{{end}}").split()
+
+    def tag(self, src: str, dst: str) -> None:
+        _run([self.exe, "tag", src, dst])
+
+    def remove(self, ref: str) -> None:
+        _run([self.exe, "image", "rm", "--force", ref], check=False)
+
+    def load(self, tar: Path) -> str:
+        with tar.open("rb") as fh:
+            proc = subprocess.run([self.exe, "load", "--quiet"], stdin=fh, text=True, capture_output=True, check=False)
+        if proc.returncode != 0:
+            raise HaloError(f"docker load {tar.name}: failed: {proc.stderr.strip()}")
+        return proc.stdout.strip()
+
+    def build(
+        self,
+        context: Path,
+        dockerfile: Path,
+        tags: Sequence[str],
+        build_args: Mapping[str, str],
+        labels: Mapping[str, str],
+        network: str = "none",
+    ) -> str:
+        """Run a BuildKit build (output streamed to the terminal) and return the image ID."""
+        builder = self.builder
+        iidfile = context / ".iid"
+        argv = [*builder.argv(), "--progress", "plain", "--network", network, "--iidfile", str(iidfile), "-f", str(dockerfile)]
+        for k, v in sorted(build_args.items()):
+            argv += ["--build-arg", f"{k}={v}"]
+        for k, v in sorted(labels.items()):
+            argv += ["--label", f"{k}={v}"]
+        for t in tags:
+            argv += ["-t", t]
+        argv.append(str(context))
+        env = {**os.environ, "DOCKER_BUILDKIT": "1"}
+        proc = subprocess.run(argv, env=env, check=False)
+        if proc.returncode != 0:
+            raise HaloError(f"docker build ({dockerfile.name}): failed with exit {proc.returncode}; see the build log above")
+        return iidfile.read_text().strip()
+
+    def run(self, argv: Sequence[str], capture: bool = False) -> subprocess.CompletedProcess[str]:
+        return _run([self.exe, "run", *argv], check=False, capture=capture)
+
+
+def which(name: str) -> str | None:
+    return shutil.which(name)

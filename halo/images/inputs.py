@@ -1,0 +1,78 @@
+"""The input hash of an image: everything that can change what the build produces."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from halo import __version__
+from halo.errors import HaloError
+from halo.hashing import sha256_file, sha256_json, sha256_tree
+from halo.images.base import BaseState
+from halo.images.catalog import Image
+
+
+def base_identity(state: BaseState, recipe: str) -> str:
+    """A base enters the hash by digest: its image ID when made here, else its pinned reference."""
+    if state.image_id:
+        return state.image_id
+    if "@sha256:" in state.ref:
+        return state.ref.split("@", 1)[1]
+    return f"pending:{recipe}"
+
+
+def source_pins(repo: Path, names: tuple[str, ...]) -> dict[str, object]:
+    if not names:
+        return {}
+    path = repo / "pins" / "sources.toml"
+    if not path.is_file():
+        raise HaloError(f"{path}: source pins not found (needed for {', '.join(names)})")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise HaloError(f"{path}: not valid TOML ({exc})") from None
+    table = data.get("source", data)
+    missing = [n for n in names if n not in table]
+    if missing:
+        raise HaloError(f"{path}: no source pin '{missing[0]}'")
+    return {n: table[n] for n in names}
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What went into an image, by content. ``hash`` is the image's address."""
+
+    parts: dict[str, object]
+
+    @property
+    def hash(self) -> str:
+        return sha256_json(self.parts)
+
+
+def image_inputs(
+    repo: Path,
+    image: Image,
+    base: BaseState,
+    base_recipe: str,
+    builder: BaseState | None,
+    builder_recipe: str | None,
+    build_args: dict[str, str],
+) -> Inputs:
+    lock = repo / "pins" / f"{image.pins}.lock"
+    if not lock.is_file():
+        raise HaloError(f"{lock}: lock not found; run `halo pins lock {image.pins}`")
+    parts: dict[str, object] = {
+        "image": image.name,
+        "base": base_identity(base, base_recipe),
+        "builder": base_identity(builder, builder_recipe or "") if builder else None,
+        "lock_sha256": sha256_file(lock),
+        "sources": source_pins(repo, image.sources),
+        "patches_sha256": sha256_tree(repo / "patches"),
+        "dockerfile_sha256": sha256_file(repo / image.dockerfile),
+        "halo_sha256": sha256_tree(repo / "halo"),
+        "pyproject_sha256": sha256_file(repo / "pyproject.toml"),
+        "halo_version": __version__,
+        "build_args": dict(sorted(build_args.items())),
+    }
+    return Inputs(parts)

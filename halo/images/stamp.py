@@ -1,0 +1,37 @@
+"""Runs inside the image build: apply patches strictly, then write build.json and the SBOM."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from halo.atomic import write_text
+from halo.errors import HaloError
+from halo.images.sbom import sbom
+
+
+def apply_patches() -> dict[str, object]:
+    """The patch engine's own CLI, strict: drift fails the build with its one line."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "halo", "patches", "apply", "--strict", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    sys.stderr.write(proc.stderr)
+    if proc.returncode != 0:
+        raise HaloError(f"patches: strict apply failed (exit {proc.returncode}); the image is not built")
+    return json.loads(proc.stdout)
+
+
+def stamp(inputs_path: Path, out: Path, sbom_out: Path | None, with_patches: bool) -> dict[str, object]:
+    inputs = json.loads(inputs_path.read_text())
+    record: dict[str, object] = dict(inputs)
+    record["patches"] = apply_patches().get("patches", []) if with_patches else []
+    write_text(out, json.dumps(record, indent=2, sort_keys=True) + "\n")
+    if sbom_out is not None:
+        doc = sbom(str(inputs.get("image_ref", "")), str(inputs["input_hash"]))
+        write_text(sbom_out, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return record

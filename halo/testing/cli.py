@@ -1,0 +1,52 @@
+"""`halo test TIER` and `halo example`: run inside an image through halo.testing.container."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("test", help="run a test tier inside an image (or --native)")
+    p.add_argument("tier", help="cpu, gpu-core, gpu-full, rollout-vllm, rollout-sglang")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--image", help="catalog image to run in (default: cpu for cpu, else blackwell)")
+    where.add_argument("--native", action="store_true", help="run on this host's Python instead")
+    p.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARG", help="after --: passed to pytest")
+    p.set_defaults(func=_test)
+
+    p = sub.add_parser("example", help="the main job: train the tiny SFT example inside an image")
+    p.add_argument("--image", default="cpu")
+    p.add_argument("--method", default="sft")
+    p.set_defaults(func=_example)
+
+
+def _image_ref(name: str) -> str:
+    from halo.errors import HaloError
+    from halo.images.catalog import load_catalog
+    from halo.images.docker import Docker
+    from halo.paths import find_repo
+
+    image = load_catalog(find_repo()).image(name)
+    if Docker.discover().image_id(image.moving_ref) is None:
+        raise HaloError(f"{image.moving_ref}: image not built here; run `nox -s build-{name}`")
+    return image.moving_ref
+
+
+def _test(args: argparse.Namespace) -> int:
+    from halo.paths import scratch_root
+    from halo.testing.tiers import run_tier, tier
+
+    t = tier(args.tier)
+    extra = list(args.pytest_args)
+    image = None if args.native else _image_ref(args.image or ("cpu" if t.name == "cpu" else "blackwell"))
+    return run_tier(t, image, scratch_root(), extra)
+
+
+def _example(args: argparse.Namespace) -> int:
+    from halo.testing.container import SCRATCH, RunSpec, run_spec
+
+    config = f"examples/{args.method.replace('/', '-')}/config.yaml"
+    if args.method == "offline-grpo":
+        config = "examples/grpo/config.yaml"
+    argv = ["halo", "launch", args.method, config, "--", f"--runtime.output_dir={SCRATCH}/example-{args.method.replace('/', '-')}"]
+    return run_spec(RunSpec(image=_image_ref(args.image), argv=argv))

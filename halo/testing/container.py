@@ -1,0 +1,71 @@
+"""The one place that knows how a Halo image is run: `docker run` flags for tiers and jobs.
+
+No network, no credentials (nothing from the host environment is passed unless named in
+``env``), the checkout mounted at /workspace, scratch (HF caches, outputs) under
+$HALO_SCRATCH mounted at /scratch, the host's user so files written there stay the host's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from halo.images.docker import Docker
+from halo.paths import find_repo, scratch_root
+
+WORKSPACE = "/workspace"
+SCRATCH = "/scratch"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    image: str
+    argv: Sequence[str]
+    gpus: bool = False
+    network: str = "none"
+    env: Mapping[str, str] = field(default_factory=dict)
+    mounts: Sequence[tuple[Path, str, bool]] = ()  # (host, container, read_only)
+    workspace_writable: bool = False
+
+
+def docker_run_args(spec: RunSpec, repo: Path, scratch: Path) -> list[str]:
+    args = ["--rm", "--init", f"--network={spec.network}", "--ipc=host"]
+    args += ["--ulimit", "memlock=-1", "--ulimit", "stack=67108864", "--shm-size=2g"]
+    if spec.gpus:
+        args += ["--gpus", "all"]
+    args += ["--user", f"{os.getuid()}:{os.getgid()}"]
+    ro = "" if spec.workspace_writable else ":ro"
+    args += ["-v", f"{repo}:{WORKSPACE}{ro}", "-v", f"{scratch}:{SCRATCH}", "-w", WORKSPACE]
+    for host, target, read_only in spec.mounts:
+        args += ["-v", f"{host}:{target}{':ro' if read_only else ''}"]
+    env = {
+        "HOME": f"{SCRATCH}/home",
+        "HF_HOME": f"{SCRATCH}/hf",
+        "HF_HUB_OFFLINE": "1",
+        "HALO_SCRATCH": SCRATCH,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        **spec.env,
+    }
+    for k, v in sorted(env.items()):
+        args += ["-e", f"{k}={v}"]
+    return [*args, spec.image, *spec.argv]
+
+
+def run_spec(spec: RunSpec) -> int:
+    repo = find_repo()
+    scratch = scratch_root()
+    (scratch / "home").mkdir(parents=True, exist_ok=True)
+    docker = Docker.discover()
+    return docker.run(docker_run_args(spec, repo, scratch)).returncode
+
+
+def run_in_image(
+    image_ref: str,
+    argv: list[str],
+    *,
+    mounts: Sequence[tuple[Path, str, bool]] = (),
+    env: Mapping[str, str] | None = None,
+) -> int:
+    return run_spec(RunSpec(image=image_ref, argv=argv, mounts=mounts, env=env or {}))

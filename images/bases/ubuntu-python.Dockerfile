@@ -1,0 +1,10 @@
+# A made base for the GPU images: a digest-pinned CUDA image plus the distribution's CPython.
+# Built by `halo image base` in the fetch phase (the only phase that may use the network);
+# images built on it run with --network none.
+ARG FROM
+FROM ${FROM}
+ARG PYTHON=python3.12
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends "${PYTHON}" "${PYTHON}-venv" ca-certificates \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log
