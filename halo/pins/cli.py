@@ -1,0 +1,102 @@
+"""`halo pins lock|check|diff|why`: resolve the pin sets, and check the rules that tie them.
+
+`check`, `diff` and `why` are offline and read only pins/; `lock` is the one that resolves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    pins = subparsers.add_parser("pins", help="lock the pin sets and check their invariants")
+    sub = pins.add_subparsers(dest="pins_command", metavar="ACTION", required=True)
+
+    lock = sub.add_parser("lock", help="resolve sets into pins/SET.lock (default: all)")
+    lock.add_argument("sets", nargs="*", metavar="SET")
+    lock.add_argument(
+        "--check",
+        action="store_true",
+        help="re-resolve and compare; exit 1 with a diff where a lock drifted",
+    )
+    lock.set_defaults(func=_lock)
+
+    check = sub.add_parser("check", help="the cross-set invariants (offline)")
+    check.set_defaults(func=_check)
+
+    diff = sub.add_parser("diff", help="what differs between two locked sets")
+    diff.add_argument("left", metavar="SET")
+    diff.add_argument("right", metavar="SET")
+    diff.set_defaults(func=_diff)
+
+    why = sub.add_parser("why", help="which top-level requirement brings PKG into SET")
+    why.add_argument("package", metavar="PKG")
+    why.add_argument("set", metavar="SET")
+    why.set_defaults(func=_why)
+
+
+def _pins_dir() -> Path:
+    from halo.paths import Layout, find_repo
+
+    return Layout(find_repo()).pins
+
+
+def _lock(args: argparse.Namespace) -> int:
+    from halo.pins.locking import check_locks, write_locks
+    from halo.pins.resolve import UvResolver
+
+    pins_dir = _pins_dir()
+    if args.check:
+        drift = check_locks(pins_dir, args.sets, UvResolver())
+        for diff in drift.values():
+            sys.stdout.write(diff)
+        if drift:
+            names = " ".join(drift)
+            print(
+                f"halo: lock drift in: {names}; run `halo pins lock {names}`",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    write_locks(pins_dir, args.sets, UvResolver())
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from halo.pins.invariants import check_all
+    from halo.pins.locking import load_all
+
+    state = load_all(_pins_dir())
+    violations = check_all(state)
+    for line in violations:
+        print(line)
+    if violations:
+        print(f"halo: {len(violations)} pin invariant violation(s)", file=sys.stderr)
+        return 1
+    print(f"pins: {len(state.locks)} sets, {len(state.sources)} source pins: all invariants hold")
+    return 0
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from halo.pins.locking import load_locks
+    from halo.pins.query import diff_locks, render_diff
+
+    left, right = load_locks(_pins_dir(), [args.left, args.right])
+    print(render_diff(left, right, diff_locks(left, right)))
+    return 0
+
+
+def _why(args: argparse.Namespace) -> int:
+    from halo.errors import HaloError
+    from halo.pins.locking import load_locks
+    from halo.pins.query import why
+
+    (lock,) = load_locks(_pins_dir(), [args.set])
+    chains = why(lock, args.package)
+    if not chains:
+        raise HaloError(f"pins/{lock.set}.lock: no package '{args.package}' in set '{lock.set}'")
+    for chain in chains:
+        print(" <- ".join(chain))
+    return 0

@@ -1,0 +1,88 @@
+"""Lock, re-check and load pin sets: the glue between inputs, the resolver and pins/*.lock."""
+
+from __future__ import annotations
+
+import difflib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from halo.errors import HaloError
+from halo.pins.inputs import PinInputs, SetInputs, load_inputs
+from halo.pins.lockfile import Lock, load_lock, parse_lock, render_lock
+from halo.pins.resolve import Resolver, build_lock, file_size, lock_header
+from halo.pins.source_pins import SourcePin, load_source_pins
+
+
+@dataclass(frozen=True)
+class PinState:
+    """Everything `halo pins check` looks at: inputs, every lock, the source pins."""
+
+    inputs: PinInputs
+    locks: dict[str, Lock]
+    sources: tuple[SourcePin, ...]
+
+
+def lock_path(pins_dir: Path, name: str) -> Path:
+    return pins_dir / f"{name}.lock"
+
+
+def load_locks(pins_dir: Path, names: list[str]) -> list[Lock]:
+    inputs = load_inputs(pins_dir)
+    return [load_lock(lock_path(pins_dir, s.name)) for s in inputs.select(names)]
+
+
+def load_all(pins_dir: Path) -> PinState:
+    inputs = load_inputs(pins_dir)
+    locks = {name: load_lock(lock_path(pins_dir, name)) for name in inputs.sets}
+    for name, lock in locks.items():
+        if lock.set != name:
+            raise HaloError(f"{lock_path(pins_dir, name)}: key 'set' must be '{name}', got '{lock.set}'")
+    return PinState(inputs=inputs, locks=locks, sources=load_source_pins(pins_dir))
+
+
+def render(inputs: SetInputs, pins_dir: Path, resolver: Resolver) -> str:
+    lock = build_lock(inputs, resolver.resolve(inputs, pins_dir), file_size)
+    text = render_lock(lock, lock_header(inputs))
+    parse_lock(text, f"{inputs.name}.lock (as rendered)")  # never write what we cannot read
+    return text
+
+
+def resolve_all(pins_dir: Path, names: list[str], resolver: Resolver) -> dict[str, str]:
+    """Rendered locks of the named sets (all by default), resolved in parallel: uv mostly waits."""
+    selected = load_inputs(pins_dir).select(names)
+    with ThreadPoolExecutor(max_workers=max(1, len(selected))) as pool:
+        texts = list(pool.map(lambda s: render(s, pins_dir, resolver), selected))
+    return {s.name: t for s, t in zip(selected, texts, strict=True)}
+
+
+def write_locks(pins_dir: Path, names: list[str], resolver: Resolver) -> list[Path]:
+    """Resolve every named set first, then write: a failure leaves every lock untouched."""
+    from halo.atomic import write_text
+
+    texts = resolve_all(pins_dir, names, resolver)
+    written = []
+    for name, text in texts.items():
+        path = lock_path(pins_dir, name)
+        if not path.is_file() or path.read_text() != text:
+            write_text(path, text)
+        written.append(path)
+    return written
+
+
+def check_locks(pins_dir: Path, names: list[str], resolver: Resolver) -> dict[str, str]:
+    """{set: unified diff} for every named set whose committed lock differs from a re-lock."""
+    drift = {}
+    for name, text in resolve_all(pins_dir, names, resolver).items():
+        path = lock_path(pins_dir, name)
+        old = path.read_text() if path.is_file() else ""
+        if old != text:
+            drift[name] = "".join(
+                difflib.unified_diff(
+                    old.splitlines(keepends=True),
+                    text.splitlines(keepends=True),
+                    fromfile=f"pins/{name}.lock (committed)",
+                    tofile=f"pins/{name}.lock (re-locked)",
+                )
+            )
+    return drift

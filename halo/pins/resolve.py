@@ -1,0 +1,237 @@
+"""Resolve a pin set into a Lock. The network side is one class, `UvResolver`, behind `Resolver`.
+
+uv runs twice per set with identical inputs: once for PEP 751 output (the candidate files,
+their sha256 and sizes) and once for annotated requirements (who pulls in whom). Both are
+turned into a Lock by `build_lock`, a pure function, which keeps only the artifact the
+target installs and drops every URL.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import unquote, urlparse
+
+from halo.errors import HaloError
+from halo.pins.artifacts import choose
+from halo.pins.inputs import SetInputs
+from halo.pins.lockfile import Artifact, Lock, Package, normalize
+
+# uv settings that must not leak in from the caller's environment; the resolution is
+# decided by pins/ alone. Cache, TLS and network tuning may still come from the user.
+UV_ENV_KEEP = frozenset(
+    {"UV_CACHE_DIR", "UV_NATIVE_TLS", "UV_HTTP_TIMEOUT", "UV_CONCURRENT_DOWNLOADS", "UV_OFFLINE"}
+)
+PIN_RE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==(?P<version>\S+)")
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What the resolver said, unprocessed."""
+
+    pylock: str
+    annotated: str
+
+
+class Resolver(Protocol):
+    def resolve(self, inputs: SetInputs, pins_dir: Path) -> Resolution: ...
+
+
+def uv_args(
+    inputs: SetInputs, indexes: list[str], substitutes: list[Path], excludes: Path | None
+) -> list[str]:
+    """The full `uv pip compile` argument list (minus output flags), every behaviour explicit."""
+    args = ["pip", "compile", "--no-config", "--quiet"]
+    args += [f.path for f in inputs.requirements]
+    for f in inputs.constraints:
+        args += ["--constraints", f.path]
+    if excludes is not None:
+        args += ["--excludes", str(excludes)]
+    args += ["--python-version", inputs.python, "--python-platform", inputs.platform]
+    args += ["--exclude-newer", inputs.exclude_newer]
+    args += ["--resolution", "highest", "--index-strategy", "first-index"]
+    args += ["--prerelease", "disallow"]
+    for name in inputs.prerelease:
+        args += ["--prerelease-package", f"{name}=allow"]
+    args += ["--default-index", indexes[0]]
+    for url in indexes[1:]:
+        args += ["--index", url]
+    for folder in substitutes:
+        args += ["--find-links", str(folder)]
+    return args
+
+
+def _uv_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UV_") or k in UV_ENV_KEEP}
+    env["UV_PYTHON_DOWNLOADS"] = "never"
+    env["UV_NO_PROGRESS"] = "1"
+    return env
+
+
+def _uv_failure(inputs: SetInputs, stderr: str, substitutes: list[Path]) -> HaloError:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    detail = next((line for line in lines if line.startswith("error:")), lines[0] if lines else "")
+    for line in lines:
+        if "not satisfiable" in line or "no version of" in line or "was not found" in line:
+            detail = line.lstrip("╰─▶ ")
+            break
+    hint = ""
+    if inputs.substitutes and not substitutes:
+        hint = "; this set takes artifacts from substitute folders and none is configured (HALO_SUBSTITUTES)"
+    return HaloError(f"pins/sets.toml: [set.{inputs.name}]: uv could not resolve it: {detail}{hint}")
+
+
+@dataclass(frozen=True)
+class UvResolver:
+    """Runs uv against the configured index (halo.sources); the only code here that does I/O."""
+
+    uv: str = "uv"
+
+    def resolve(self, inputs: SetInputs, pins_dir: Path) -> Resolution:
+        from halo.sources import index_urls, substitute_dirs
+
+        uv = shutil.which(self.uv)
+        if uv is None:
+            raise HaloError(f"'{self.uv}' not found on PATH: `halo pins lock` resolves with uv")
+        substitutes = substitute_dirs() if inputs.substitutes else []
+        with tempfile.TemporaryDirectory(prefix="halo-pins-") as tmp:
+            excludes = None
+            if inputs.exclude:
+                excludes = Path(tmp) / "excludes.txt"
+                excludes.write_text("".join(f"{name}\n" for name in inputs.exclude))
+            base = uv_args(inputs, index_urls(), substitutes, excludes)
+            pylock = Path(tmp) / "pylock.toml"
+            runs = (
+                [*base, "-o", str(pylock)],
+                [*base, "--no-header", "--annotation-style", "split"],
+            )
+            outputs = []
+            for args in runs:
+                proc = subprocess.run(
+                    [uv, *args], cwd=pins_dir, env=_uv_env(), capture_output=True, text=True
+                )
+                if proc.returncode != 0:
+                    raise _uv_failure(inputs, proc.stderr, substitutes)
+                outputs.append(proc.stdout)
+            return Resolution(pylock=pylock.read_text(), annotated=outputs[1])
+
+
+def parse_annotated(text: str) -> dict[str, tuple[str, list[str]]]:
+    """Annotated requirements -> {name: (version, [what pulls it in])}; '-r FILE' for roots."""
+    out: dict[str, tuple[str, list[str]]] = {}
+    current: str | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if not raw[0].isspace() and not line.startswith("#"):
+            m = PIN_RE.match(line)
+            if not m:
+                raise HaloError(f"uv output: unexpected requirement line '{line}'")
+            current = normalize(m["name"])
+            out[current] = (m["version"], [])
+            continue
+        if current is None or not line.startswith("#"):
+            continue
+        via = line.lstrip("#").strip()
+        via = via.removeprefix("via").strip()
+        if via:
+            out[current][1].append(via)
+    return out
+
+
+def _via_names(via: list[str]) -> set[str]:
+    return {normalize(v.split("[", 1)[0]) for v in via if not v.startswith(("-r", "-c"))}
+
+
+def _filename(entry: dict) -> str:
+    if isinstance(entry.get("name"), str):
+        return entry["name"]
+    url = entry.get("url") or entry.get("path")
+    if not isinstance(url, str):
+        raise HaloError("uv output: a file entry has neither name nor url")
+    return unquote(urlparse(url).path.rsplit("/", 1)[-1])
+
+
+def _artifact(entry: dict, local_size: Callable[[str], int | None]) -> Artifact:
+    sha = (entry.get("hashes") or {}).get("sha256")
+    if not isinstance(sha, str):
+        raise HaloError(f"uv output: {_filename(entry)} has no sha256")
+    size = entry.get("size")
+    if size is None and isinstance(entry.get("url"), str) and entry["url"].startswith("file:"):
+        # Files from substitute folders come without a size; the folder has it.
+        size = local_size(unquote(urlparse(entry["url"]).path))
+    return Artifact(file=_filename(entry), sha256=sha, size=size)
+
+
+def build_lock(
+    inputs: SetInputs, resolution: Resolution, local_size: Callable[[str], int | None]
+) -> Lock:
+    """Pure: the resolver's output -> the Lock, one chosen artifact per package, no URLs."""
+    try:
+        pylock = tomllib.loads(resolution.pylock)
+    except tomllib.TOMLDecodeError as exc:
+        raise HaloError(f"uv output: pylock.toml is not TOML ({exc})") from None
+    graph = parse_annotated(resolution.annotated)
+    major, minor = inputs.glibc
+    packages = []
+    for raw in pylock.get("packages", []):
+        name = normalize(raw["name"])
+        version = str(raw["version"])
+        if name not in graph or graph[name][0] != version:
+            raise HaloError(f"uv output: the two resolutions disagree on {name} {version}")
+        wheels = {_filename(w): w for w in raw.get("wheels", [])}
+        sdist = raw.get("sdist")
+        sdist_name = _filename(sdist) if sdist else None
+        chosen = choose(sorted(wheels), sdist_name, inputs.python, minor, inputs.arch)
+        if chosen is None:
+            raise HaloError(
+                f"pins/sets.toml: [set.{inputs.name}]: {name} {version} has no file that installs "
+                f"on CPython {inputs.python} {inputs.platform}"
+            )
+        entry = wheels.get(chosen) or sdist
+        packages.append(
+            Package(
+                name=name,
+                version=version,
+                artifacts=(_artifact(entry, local_size),),
+                # What this package needs: those whose 'via' names it.
+                dependencies=tuple(
+                    sorted(dep for dep, (_, via) in graph.items() if name in _via_names(via))
+                ),
+            )
+        )
+    return Lock(
+        set=inputs.name,
+        python=inputs.python,
+        platform=inputs.platform,
+        inputs_sha256=inputs.sha256(),
+        packages=tuple(sorted(packages, key=lambda p: p.name)),
+        extra={
+            "exclude-newer": inputs.exclude_newer,
+            "requirements": list(inputs.top_level),
+            "excluded": list(inputs.exclude),
+            "allow-prerelease": list(inputs.prerelease),
+        },
+    )
+
+
+def lock_header(inputs: SetInputs) -> str:
+    return (
+        f"Generated by `halo pins lock {inputs.name}` from pins/sets.toml; do not edit by hand.\n"
+        f"CPython {inputs.python}, {inputs.platform}, index as of {inputs.exclude_newer}.\n"
+        "Files are named, never located: see halo/sources.py for where they are fetched from."
+    )
+
+
+def file_size(path: str) -> int | None:
+    p = Path(path)
+    return p.stat().st_size if p.is_file() else None
