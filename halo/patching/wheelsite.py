@@ -67,17 +67,20 @@ def download_wheel(name: str, version: str, cache: Path | None = None) -> Path:
     return sorted(folder.glob("*.whl"))[0]
 
 
-def extract_members(wheel: Path, members: list[str], dest: Path) -> Path:
-    """Copy ``members`` and the wheel's dist-info METADATA/RECORD into ``dest``."""
+def extract_members(wheel: Path, members: list[str] | None, dest: Path) -> Path:
+    """Copy ``members`` (None: every file) and the dist-info METADATA/RECORD into ``dest``."""
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
         dist_info = {
             n for n in names if n.count("/") == 1 and n.split("/")[0].endswith(".dist-info")
         }
-        wanted = [m for m in dist_info if m.endswith(("/METADATA", "/RECORD"))] + list(members)
+        wanted = [m for m in dist_info if m.endswith(("/METADATA", "/RECORD"))]
+        wanted += sorted(n for n in names if not n.endswith("/")) if members is None else members
         for member in wanted:
             if member not in names:
                 raise HaloError(f"{wheel.name}: {member}: not a member of this wheel")
+            if ".." in Path(member).parts or member.startswith("/"):
+                raise HaloError(f"{wheel.name}: {member}: member escapes the site directory")
             target = dest / member
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(zf.read(member))
@@ -88,5 +91,5 @@ def extract_members(wheel: Path, members: list[str], dest: Path) -> Path:
     return dest
 
 
-def release_site(name: str, version: str, members: list[str], dest: Path) -> Path:
+def release_site(name: str, version: str, members: list[str] | None, dest: Path) -> Path:
     return extract_members(download_wheel(name, version), members, dest)
