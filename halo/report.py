@@ -32,8 +32,8 @@ class Progress:
         self.total = total
         self.done = 0
         self.stream = stream or sys.stderr
-        self._last = 0.0
         self._start = time.monotonic()
+        self._last = self._start  # the first line comes after a while, or at the end
 
     def advance(self, n: int) -> None:
         self.done += n
