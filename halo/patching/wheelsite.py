@@ -17,12 +17,20 @@ from pathlib import Path
 from halo.errors import HaloError
 from halo.paths import cache_home
 
-# The images run CPython 3.12 on manylinux_2_34 x86_64; fetch the wheels they install.
+# The images run CPython 3.12 on glibc 2.39 x86_64; fetch the wheels they would install.
+# pip takes --platform literally, so every manylinux tag that glibc accepts is listed.
+PLATFORMS = (
+    "manylinux_2_34",
+    "manylinux_2_28",
+    "manylinux_2_17",
+    "manylinux2014",
+    "manylinux_2_5",
+    "manylinux1",
+)
 TARGET = (
     "--python-version",
     "3.12",
-    "--platform",
-    "manylinux_2_34_x86_64",
+    *(arg for tag in PLATFORMS for arg in ("--platform", f"{tag}_x86_64")),
     "--only-binary",
     ":all:",
 )
