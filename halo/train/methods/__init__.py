@@ -1,0 +1,1 @@
+"""Training methods; each module exposes build(cfg, tokenizer) -> halo.train.loop.Method."""

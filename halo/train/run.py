@@ -1,0 +1,62 @@
+"""The process the launcher starts (once, or once per rank under torchrun).
+
+python -m halo.train.run --method sft --config CONFIG [--key=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from halo.errors import HaloError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m halo.train.run")
+    parser.add_argument("--method", required=True)
+    parser.add_argument("--config", required=True, type=Path)
+    args, extra = parser.parse_known_args(argv)
+    try:
+        return run(args.method, args.config, extra)
+    except HaloError as exc:
+        print(f"halo: error: {exc.message}", file=sys.stderr, flush=True)
+        return exc.exit_code
+
+
+def run(method_name: str, config_path: Path, extra: list[str]) -> int:
+    from halo.train import checkpoint, config, distributed, loop, registry
+
+    spec = registry.default().get(method_name)
+    cfg = config.load(config_path, spec.name, extra)
+    stop = loop.StopFlag()
+    # Installed before the (slow) process-group start so an early SIGTERM is not lost.
+    stop.install()
+    ctx = distributed.init()
+    try:
+        tok = loop.load_tokenizer(cfg)
+        method = importlib.import_module(spec.module).build(cfg, tok)
+        hook = float(os.environ.get(checkpoint.TEST_HOOK_SLEEP_ENV, "0") or 0)
+        result = loop.train(cfg, method, tok, ctx, stop, checkpoint_hook_sleep=hook)
+        if ctx.is_main:
+            first, last = (
+                result.losses.get(min(result.losses, default=0)),
+                result.losses.get(result.steps),
+            )
+            rate = result.tokens / max(result.seconds, 1e-9)
+            print(
+                f"done: {result.steps} steps, loss {first} -> {last}, {rate:.0f} tokens/s, "
+                f"checkpoint {result.checkpoint}"
+                + (" (stopped by SIGTERM)" if result.stopped_by_signal else ""),
+                flush=True,
+            )
+    finally:
+        distributed.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
