@@ -36,6 +36,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     why.add_argument("set", metavar="SET")
     why.set_defaults(func=_why)
 
+    src = sub.add_parser(
+        "source-hash", help="content hash of a source tree or its archive (for pins/sources.toml)"
+    )
+    src.add_argument("path", metavar="PATH", type=Path)
+    src.add_argument("--subdirectory", default="", help="hash only this folder of the tree")
+    src.set_defaults(func=_source_hash)
+
 
 def _pins_dir() -> Path:
     from halo.paths import Layout, find_repo
@@ -99,4 +106,11 @@ def _why(args: argparse.Namespace) -> int:
         raise HaloError(f"pins/{lock.set}.lock: no package '{args.package}' in set '{lock.set}'")
     for chain in chains:
         print(" <- ".join(chain))
+    return 0
+
+
+def _source_hash(args: argparse.Namespace) -> int:
+    from halo.pins.source_hash import source_hash
+
+    print(source_hash(args.path, args.subdirectory))
     return 0

@@ -149,7 +149,9 @@ def _parse_set(pins_dir: Path, name: str, table: object, origin: str) -> SetInpu
         raise HaloError(f"{where}: must be a table")
     unknown = sorted(set(table) - SET_KEYS)
     if unknown:
-        raise HaloError(f"{where}: unknown key '{unknown[0]}' (expected: {', '.join(sorted(SET_KEYS))})")
+        raise HaloError(
+            f"{where}: unknown key '{unknown[0]}' (expected: {', '.join(sorted(SET_KEYS))})"
+        )
     python = str(_expect(table, "python", str, where))
     if not PYTHON_RE.match(python):
         raise HaloError(f"{where}: key 'python' must look like '3.12', got '{python}'")
@@ -209,7 +211,9 @@ def load_inputs(pins_dir: Path) -> PinInputs:
         raise HaloError(f"{path}: expected [set.NAME] tables")
     unknown = sorted(set(data) - {"set"})
     if unknown:
-        raise HaloError(f"{path}: unknown top-level key '{unknown[0]}' (expected [set.NAME] tables)")
+        raise HaloError(
+            f"{path}: unknown top-level key '{unknown[0]}' (expected [set.NAME] tables)"
+        )
     return PinInputs(
         pins_dir=pins_dir,
         sets={name: _parse_set(pins_dir, name, table, str(path)) for name, table in sets.items()},

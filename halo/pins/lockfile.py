@@ -146,11 +146,20 @@ def render_lock(lock: Lock, header: str) -> str:
     ]
     lines += [f"{k} = {_toml_value(v)}" for k, v in sorted(lock.extra.items())]
     for pkg in sorted(lock.packages, key=lambda p: normalize(p.name)):
-        lines += ["", "[[package]]", f"name = {_toml_str(pkg.name)}", f"version = {_toml_str(pkg.version)}"]
+        lines += [
+            "",
+            "[[package]]",
+            f"name = {_toml_str(pkg.name)}",
+            f"version = {_toml_str(pkg.version)}",
+        ]
         if pkg.dependencies:
             lines.append(f"dependencies = {_toml_value(sorted(pkg.dependencies))}")
         for art in sorted(pkg.artifacts, key=lambda a: a.file):
-            lines += ["[[package.artifact]]", f"file = {_toml_str(art.file)}", f"sha256 = {_toml_str(art.sha256)}"]
+            lines += [
+                "[[package.artifact]]",
+                f"file = {_toml_str(art.file)}",
+                f"sha256 = {_toml_str(art.sha256)}",
+            ]
             if art.size is not None:
                 lines.append(f"size = {art.size}")
     return "\n".join(lines) + "\n"

@@ -37,7 +37,9 @@ def load_all(pins_dir: Path) -> PinState:
     locks = {name: load_lock(lock_path(pins_dir, name)) for name in inputs.sets}
     for name, lock in locks.items():
         if lock.set != name:
-            raise HaloError(f"{lock_path(pins_dir, name)}: key 'set' must be '{name}', got '{lock.set}'")
+            raise HaloError(
+                f"{lock_path(pins_dir, name)}: key 'set' must be '{name}', got '{lock.set}'"
+            )
     return PinState(inputs=inputs, locks=locks, sources=load_source_pins(pins_dir))
 
 

@@ -24,6 +24,7 @@ from halo.errors import HaloError
 from halo.pins.artifacts import choose
 from halo.pins.inputs import SetInputs
 from halo.pins.lockfile import Artifact, Lock, Package, normalize
+from halo.report import say
 
 # uv settings that must not leak in from the caller's environment; the resolution is
 # decided by pins/ alone. Cache, TLS and network tuning may still come from the user.
@@ -77,16 +78,17 @@ def _uv_env() -> dict[str, str]:
 
 
 def _uv_failure(inputs: SetInputs, stderr: str, substitutes: list[Path]) -> HaloError:
+    """One line: uv's error and its first cause (uv's full explanation is printed above it)."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    detail = next((line for line in lines if line.startswith("error:")), lines[0] if lines else "")
-    for line in lines:
-        if "not satisfiable" in line or "no version of" in line or "was not found" in line:
-            detail = line.lstrip("╰─▶ ")
-            break
+    error = next((ln for ln in lines if ln.startswith("error:")), lines[0] if lines else "failed")
+    cause = next((ln for ln in lines if ln.startswith("cause:")), "")
+    detail = f"{error.removeprefix('error:').strip()}; {cause}" if cause else error
     hint = ""
     if inputs.substitutes and not substitutes:
-        hint = "; this set takes artifacts from substitute folders and none is configured (HALO_SUBSTITUTES)"
-    return HaloError(f"pins/sets.toml: [set.{inputs.name}]: uv could not resolve it: {detail}{hint}")
+        hint = " (this set takes artifacts from substitute folders and none is configured: HALO_SUBSTITUTES)"
+    return HaloError(
+        f"pins/sets.toml: [set.{inputs.name}]: uv could not resolve it: {detail}{hint}"
+    )
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,7 @@ class UvResolver:
                     [uv, *args], cwd=pins_dir, env=_uv_env(), capture_output=True, text=True
                 )
                 if proc.returncode != 0:
+                    say(proc.stderr.rstrip())
                     raise _uv_failure(inputs, proc.stderr, substitutes)
                 outputs.append(proc.stdout)
             return Resolution(pylock=pylock.read_text(), annotated=outputs[1])
@@ -181,7 +184,7 @@ def build_lock(
     except tomllib.TOMLDecodeError as exc:
         raise HaloError(f"uv output: pylock.toml is not TOML ({exc})") from None
     graph = parse_annotated(resolution.annotated)
-    major, minor = inputs.glibc
+    _, minor = inputs.glibc
     packages = []
     for raw in pylock.get("packages", []):
         name = normalize(raw["name"])

@@ -29,7 +29,7 @@ PIN_KEYS = frozenset(
         "submodule",
     }
 )
-SUBMODULE_KEYS = frozenset({"path", "repository", "commit", "content-sha256"})
+SUBMODULE_KEYS = frozenset({"path", "repository", "commit", "content-sha256", "subdirectory"})
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,8 @@ class Submodule:
     repository: str
     commit: str
     content_sha256: str
+    # The part of the submodule the build uses, and that content_sha256 covers ("" = all).
+    subdirectory: str = ""
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,9 @@ def _parse_pin(name: str, table: object, origin: str) -> SourcePin:
         raise HaloError(f"{where}: must be a table")
     unknown = sorted(set(table) - PIN_KEYS)
     if unknown:
-        raise HaloError(f"{where}: unknown key '{unknown[0]}' (expected: {', '.join(sorted(PIN_KEYS))})")
+        raise HaloError(
+            f"{where}: unknown key '{unknown[0]}' (expected: {', '.join(sorted(PIN_KEYS))})"
+        )
     sets = table.get("sets")
     if not isinstance(sets, list) or not sets or not all(isinstance(s, str) for s in sets):
         raise HaloError(f"{where}: key 'sets' must be a non-empty list of set names")
@@ -98,6 +102,7 @@ def _parse_pin(name: str, table: object, origin: str) -> SourcePin:
                 repository=_str(raw, "repository", sub_where),
                 commit=_str(raw, "commit", sub_where, ""),
                 content_sha256=_str(raw, "content-sha256", sub_where, ""),
+                subdirectory=_str(raw, "subdirectory", sub_where, ""),
             )
         )
     return SourcePin(
