@@ -68,7 +68,9 @@ def _build(name: str) -> None:
         _halo(session)
         session.run("halo", "image", "build", name, *session.posargs)
 
-    build.__doc__ = f"Build the {name} image hermetically (fetch, then docker build --network none)."
+    build.__doc__ = (
+        f"Build the {name} image hermetically (fetch, then docker build --network none)."
+    )
 
 
 for _name in IMAGES:

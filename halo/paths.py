@@ -19,7 +19,9 @@ def find_repo(start: Path | None = None) -> Path:
     for cand in (here, *here.parents):
         if all((cand / m).exists() for m in REPO_MARKERS):
             return cand
-    raise HaloError(f"{here}: not inside a Halo checkout (no images/images.yaml above it); set HALO_REPO")
+    raise HaloError(
+        f"{here}: not inside a Halo checkout (no images/images.yaml above it); set HALO_REPO"
+    )
 
 
 def cache_home() -> Path:

@@ -18,7 +18,7 @@ FIND_LINKS_VARS = ("PIP_FIND_LINKS", "UV_FIND_LINKS")
 
 def _pip_default_index() -> str:
     # The default that pip itself ships with; asking pip keeps its location out of this repo.
-    from pip._internal.models.index import PyPI  # noqa: PLC0415
+    from pip._internal.models.index import PyPI
 
     return PyPI.simple_url
 

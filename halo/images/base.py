@@ -61,7 +61,10 @@ def docker_archive(rootfs_tar: Path, out: Path, epoch: int, created_by: str) -> 
         "architecture": "amd64",
         "os": "linux",
         "created": created,
-        "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"], "Cmd": ["/bin/bash"]},
+        "config": {
+            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+            "Cmd": ["/bin/bash"],
+        },
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
         "history": [{"created": created, "created_by": created_by}],
     }
@@ -69,14 +72,23 @@ def docker_archive(rootfs_tar: Path, out: Path, epoch: int, created_by: str) -> 
     # Docker derives the image ID from exactly these bytes, so it is known before loading.
     config_name = sha256_bytes(config_bytes) + ".json"
     layer_name = diff_id.removeprefix("sha256:") + "/layer.tar"
-    manifest = json.dumps([{"Config": config_name, "RepoTags": None, "Layers": [layer_name]}]).encode()
+    manifest = json.dumps(
+        [{"Config": config_name, "RepoTags": None, "Layers": [layer_name]}]
+    ).encode()
     with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
         for name, data in ((config_name, config_bytes), ("manifest.json", manifest)):
             info = tarfile.TarInfo(name)
             info.size, info.mtime, info.mode = len(data), epoch, 0o644
             tar.addfile(info, io.BytesIO(data))
         info = tar.gettarinfo(str(rootfs_tar), arcname=layer_name)
-        info.mtime, info.uid, info.gid, info.uname, info.gname, info.mode = epoch, 0, 0, "", "", 0o644
+        info.mtime, info.uid, info.gid, info.uname, info.gname, info.mode = (
+            epoch,
+            0,
+            0,
+            "",
+            "",
+            0o644,
+        )
         with rootfs_tar.open("rb") as fh:
             tar.addfile(info, fh)
 
@@ -97,16 +109,20 @@ def _mmdebstrap(base: Base, rootfs: Path, epoch: int) -> None:
         "--dpkgopt=path-exclude=/usr/share/doc/*",
         "--dpkgopt=path-exclude=/usr/share/man/*",
         "--dpkgopt=path-exclude=/usr/share/locale/*",
-        "--customize-hook=rm -f \"$1\"/etc/hostname \"$1\"/etc/resolv.conf",
+        '--customize-hook=rm -f "$1"/etc/hostname "$1"/etc/resolv.conf',
         base.suite,
         str(rootfs),
     ]
-    say(f"base {base.name}: mmdebstrap {base.suite} ({', '.join(base.packages)}), SOURCE_DATE_EPOCH={epoch}")
+    say(
+        f"base {base.name}: mmdebstrap {base.suite} ({', '.join(base.packages)}), SOURCE_DATE_EPOCH={epoch}"
+    )
     env = {**os.environ, "SOURCE_DATE_EPOCH": str(epoch)}
     try:
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     except FileNotFoundError:
-        raise HaloError("mmdebstrap: not found; install Debian's mmdebstrap to make the CPU base") from None
+        raise HaloError(
+            "mmdebstrap: not found; install Debian's mmdebstrap to make the CPU base"
+        ) from None
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-3:]
         raise HaloError(f"base {base.name}: mmdebstrap failed: {' | '.join(tail)}")
@@ -119,7 +135,9 @@ def make_base(base: Base, repo: Path, docker: Docker, workdir: Path) -> BaseStat
         say(f"base {base.name}: present ({state.ref}, {state.image_id[:19]})")
         return state
     if base.recipe == "registry":
-        raise HaloError(f"base {base.name}: {base.from_ref} is not on this machine; `docker pull` it first")
+        raise HaloError(
+            f"base {base.name}: {base.from_ref} is not on this machine; `docker pull` it first"
+        )
     epoch = source_date_epoch()
     workdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
@@ -127,7 +145,12 @@ def make_base(base: Base, repo: Path, docker: Docker, workdir: Path) -> BaseStat
             rootfs = Path(tmp) / "rootfs.tar"
             _mmdebstrap(base, rootfs, epoch)
             archive = Path(tmp) / "image.tar"
-            docker_archive(rootfs, archive, epoch, f"mmdebstrap --variant={base.variant} {base.suite} +{','.join(base.packages)}")
+            docker_archive(
+                rootfs,
+                archive,
+                epoch,
+                f"mmdebstrap --variant={base.variant} {base.suite} +{','.join(base.packages)}",
+            )
             docker.load(archive)
             image_id = _loaded_id(archive)
             docker.tag(image_id, state.ref)
@@ -137,7 +160,11 @@ def make_base(base: Base, repo: Path, docker: Docker, workdir: Path) -> BaseStat
                 context=Path(tmp),
                 dockerfile=repo / base.dockerfile,
                 tags=[state.ref],
-                build_args={"FROM": base.from_ref, "PYTHON": base.python, "SOURCE_DATE_EPOCH": str(epoch)},
+                build_args={
+                    "FROM": base.from_ref,
+                    "PYTHON": base.python,
+                    "SOURCE_DATE_EPOCH": str(epoch),
+                },
                 labels={"org.opencontainers.image.base.name": base.from_ref},
                 network="host",
             )

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from halo import __version__
 from halo.atomic import staged_dir
-from halo.errors import HaloError
 from halo.images.base import base_state, make_base, recipe_hash
 from halo.images.catalog import Catalog, Image
 from halo.images.context import stage_context
@@ -54,7 +53,9 @@ def resolve_inputs(repo: Path, catalog: Catalog, image: Image, docker: Docker | 
 
 
 def _git(repo: Path, *args: str) -> str:
-    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=False
+    )
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
@@ -71,10 +72,14 @@ def labels(repo: Path, image: Image, inputs: Inputs) -> dict[str, str]:
     return out
 
 
-def build_image(repo: Path, catalog: Catalog, image: Image, store: Store, force: bool = False) -> Built:
+def build_image(
+    repo: Path, catalog: Catalog, image: Image, store: Store, force: bool = False
+) -> Built:
     start = time.monotonic()
     docker = Docker.discover()
-    load_lock(repo / "pins" / f"{image.pins}.lock")  # a missing or broken lock fails before anything else
+    load_lock(
+        repo / "pins" / f"{image.pins}.lock"
+    )  # a missing or broken lock fails before anything else
     docker.ping()
     inputs = resolve_inputs(repo, catalog, image, docker)
     immutable = image.immutable_ref(inputs.hash)
@@ -105,7 +110,9 @@ def build_image(repo: Path, catalog: Catalog, image: Image, store: Store, force:
         "halo_version": __version__,
     }
     with staged_dir(cache_home() / "contexts" / image.name) as ctx:
-        say(f"build {image.moving_ref}: staging context (verifying {len(lock.artifacts)} artifacts)")
+        say(
+            f"build {image.moving_ref}: staging context (verifying {len(lock.artifacts)} artifacts)"
+        )
         stage_context(ctx, repo, lock, store, kernel_wheels, build_inputs)
         say(f"build {image.moving_ref}: docker build --network none ({image.dockerfile})")
         image_id = docker.build(
@@ -119,7 +126,9 @@ def build_image(repo: Path, catalog: Catalog, image: Image, store: Store, force:
     return Built(image, inputs, image_id, rebuilt=True, seconds=time.monotonic() - start)
 
 
-def build_derivations(repo: Path, catalog: Catalog, image: Image, store: Store, docker: Docker) -> list[tuple[Path, str]]:
+def build_derivations(
+    repo: Path, catalog: Catalog, image: Image, store: Store, docker: Docker
+) -> list[tuple[Path, str]]:
     if not image.sources:
         return []
     from halo.images.derivations import build_sources

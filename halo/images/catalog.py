@@ -84,7 +84,9 @@ class _Fields:
             raise HaloError(f"{where}: expected a mapping, got {type(data).__name__}")
         unknown = sorted(set(data) - allowed)
         if unknown:
-            raise HaloError(f"{where}: unknown key '{unknown[0]}' (allowed: {', '.join(sorted(allowed))})")
+            raise HaloError(
+                f"{where}: unknown key '{unknown[0]}' (allowed: {', '.join(sorted(allowed))})"
+            )
         self.data: dict[str, Any] = data
         self.where = where
 
@@ -104,10 +106,14 @@ class _Fields:
 
 
 def _base(name: str, raw: object, where: str) -> Base:
-    f = _Fields(raw, where, {"recipe", "python", "suite", "variant", "packages", "from", "dockerfile"})
+    f = _Fields(
+        raw, where, {"recipe", "python", "suite", "variant", "packages", "from", "dockerfile"}
+    )
     recipe = f.str("recipe")
     if recipe not in BASE_RECIPES:
-        raise HaloError(f"{where}.recipe: expected one of {', '.join(BASE_RECIPES)}, got {recipe!r}")
+        raise HaloError(
+            f"{where}.recipe: expected one of {', '.join(BASE_RECIPES)}, got {recipe!r}"
+        )
     base = Base(
         name=name,
         recipe=recipe,
@@ -119,12 +125,25 @@ def _base(name: str, raw: object, where: str) -> Base:
         dockerfile=f.str("dockerfile") if recipe == "dockerfile" else "",
     )
     if base.from_ref and not DIGEST_REF.match(base.from_ref):
-        raise HaloError(f"{where}.from: must be pinned by digest (NAME:TAG@sha256:<64 hex>), got {base.from_ref!r}")
+        raise HaloError(
+            f"{where}.from: must be pinned by digest (NAME:TAG@sha256:<64 hex>), got {base.from_ref!r}"
+        )
     return base
 
 
 def _image(name: str, raw: object, where: str, bases: dict[str, Base]) -> Image:
-    allowed = {"repository", "tag", "dockerfile", "pins", "base", "builder", "cuda_arch", "sources", "tiers", "publish"}
+    allowed = {
+        "repository",
+        "tag",
+        "dockerfile",
+        "pins",
+        "base",
+        "builder",
+        "cuda_arch",
+        "sources",
+        "tiers",
+        "publish",
+    }
     f = _Fields(raw, where, allowed)
     image = Image(
         name=name,
@@ -142,7 +161,9 @@ def _image(name: str, raw: object, where: str, bases: dict[str, Base]) -> Image:
     for key in ("base", "builder"):
         ref = getattr(image, key)
         if ref is not None and ref not in bases:
-            raise HaloError(f"{where}.{key}: unknown base '{ref}' (known: {', '.join(sorted(bases))})")
+            raise HaloError(
+                f"{where}.{key}: unknown base '{ref}' (known: {', '.join(sorted(bases))})"
+            )
     return image
 
 

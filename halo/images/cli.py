@@ -10,17 +10,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     image = sub.add_parser("image", help="plan, build and publish images")
     isub = image.add_subparsers(dest="image_command", metavar="ACTION", required=True)
 
-    p = isub.add_parser("build", help="build images hermetically (no-op when the input hash exists)")
+    p = isub.add_parser(
+        "build", help="build images hermetically (no-op when the input hash exists)"
+    )
     p.add_argument("names", nargs="*", metavar="NAME")
-    p.add_argument("--all", action="store_true", help="every image in the catalog, in dependency order")
-    p.add_argument("--force", action="store_true", help="rebuild even if the input hash is already tagged")
+    p.add_argument(
+        "--all", action="store_true", help="every image in the catalog, in dependency order"
+    )
+    p.add_argument(
+        "--force", action="store_true", help="rebuild even if the input hash is already tagged"
+    )
     p.set_defaults(func=_build)
 
-    p = isub.add_parser("base", help="make (or find) the base of an image: the fetch phase of its OS layer")
+    p = isub.add_parser(
+        "base", help="make (or find) the base of an image: the fetch phase of its OS layer"
+    )
     p.add_argument("names", nargs="+", metavar="NAME")
     p.set_defaults(func=_base)
 
-    p = isub.add_parser("stamp", help="(runs inside an image build) apply patches, write build.json and SBOM")
+    p = isub.add_parser(
+        "stamp", help="(runs inside an image build) apply patches, write build.json and SBOM"
+    )
     p.add_argument("--inputs", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--sbom", type=Path)
@@ -34,7 +44,9 @@ def _selected(catalog, names: list[str], all_: bool) -> list:  # type: ignore[no
     if all_:
         return list(catalog.images.values())
     if not names:
-        raise HaloError("halo image: name an image (or --all); known: " + ", ".join(sorted(catalog.images)))
+        raise HaloError(
+            "halo image: name an image (or --all); known: " + ", ".join(sorted(catalog.images))
+        )
     return [catalog.image(n) for n in names]
 
 
@@ -53,7 +65,9 @@ def _build(args: argparse.Namespace) -> int:
     for image in images:
         result = build_image(repo, catalog, image, store, force=args.force)
         if not result.rebuilt:
-            print(f"{image.moving_ref}: up to date (input hash {result.inputs.hash[:12]}), nothing to build")
+            print(
+                f"{image.moving_ref}: up to date (input hash {result.inputs.hash[:12]}), nothing to build"
+            )
         built.append(result)
     print(report(built, Docker.discover()))
     return 0

@@ -41,7 +41,9 @@ def stage_context(
     """Fill ``ctx`` (an empty directory). Raises before writing the Dockerfile if any artifact is off."""
     pip = lock.package(PIP_NAME)
     if pip is None or not any(a.is_wheel for a in pip.artifacts):
-        raise HaloError(f"pins/{lock.set}.lock: no pip wheel; the image installs the lock offline with pip, add `pip` to the set's requirements")
+        raise HaloError(
+            f"pins/{lock.set}.lock: no pip wheel; the image installs the lock offline with pip, add `pip` to the set's requirements"
+        )
     wheels = ctx / "wheels"
     for art in lock.artifacts:
         store.verify(art.sha256, art.file)
@@ -55,10 +57,16 @@ def stage_context(
     kernel_lines = []
     for wheel, sha in kernel_wheels:
         shutil.copyfile(wheel, kernels / wheel.name)
-        kernel_lines.append(f"{wheel.name.split('-')[0]} @ file:///tmp/halo-kernels/{wheel.name} --hash=sha256:{sha}")
+        kernel_lines.append(
+            f"{wheel.name.split('-')[0]} @ file:///tmp/halo-kernels/{wheel.name} --hash=sha256:{sha}"
+        )
     (kernels / "requirements.txt").write_text("".join(f"{line}\n" for line in kernel_lines))
 
     dist = ctx / "halo"
     build_wheel(repo, dist)
-    (dist / "build-inputs.json").write_text(json.dumps(build_inputs, indent=2, sort_keys=True) + "\n")
-    shutil.copytree(repo / "patches", ctx / "patches", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    (dist / "build-inputs.json").write_text(
+        json.dumps(build_inputs, indent=2, sort_keys=True) + "\n"
+    )
+    shutil.copytree(
+        repo / "patches", ctx / "patches", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )

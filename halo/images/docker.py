@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,14 +18,23 @@ from pathlib import Path
 from halo.errors import HaloError
 
 
-def _run(argv: Sequence[str], env: Mapping[str, str] | None = None, check: bool = True, capture: bool = True) -> subprocess.CompletedProcess[str]:
+def _run(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    capture: bool = True,
+) -> subprocess.CompletedProcess[str]:
     try:
         proc = subprocess.run(list(argv), env=env, text=True, capture_output=capture, check=False)
     except FileNotFoundError:
-        raise HaloError(f"{argv[0]}: not found; install Docker (docker.io) and start dockerd") from None
+        raise HaloError(
+            f"{argv[0]}: not found; install Docker (docker.io) and start dockerd"
+        ) from None
     if check and proc.returncode != 0:
         err = (proc.stderr or "").strip().splitlines()
-        raise HaloError(f"{' '.join(argv[:3])}: failed: {err[-1] if err else f'exit {proc.returncode}'}")
+        raise HaloError(
+            f"{' '.join(argv[:3])}: failed: {err[-1] if err else f'exit {proc.returncode}'}"
+        )
     return proc
 
 
@@ -66,15 +74,21 @@ class Docker:
         for exe in _docker_candidates():
             if _run([exe, "buildx", "version"], check=False).returncode == 0:
                 return Builder(exe, buildx=True)
-            version = _run([exe, "version", "--format", "{{.Client.Version}}"], check=False).stdout.strip()
+            version = _run(
+                [exe, "version", "--format", "{{.Client.Version}}"], check=False
+            ).stdout.strip()
             if version and int(version.split(".")[0]) < 23:
                 return Builder(exe, buildx=False)
-        raise HaloError("docker: no BuildKit builder found (need the buildx plugin, or a docker CLI older than 23)")
+        raise HaloError(
+            "docker: no BuildKit builder found (need the buildx plugin, or a docker CLI older than 23)"
+        )
 
     def ping(self) -> None:
         proc = _run([self.exe, "version", "--format", "{{.Server.Version}}"], check=False)
         if proc.returncode != 0:
-            raise HaloError("docker: the engine is not reachable; start dockerd (or set DOCKER_HOST)")
+            raise HaloError(
+                "docker: the engine is not reachable; start dockerd (or set DOCKER_HOST)"
+            )
 
     def image_id(self, ref: str) -> str | None:
         proc = _run([self.exe, "image", "inspect", "--format", "{{.Id}}", ref], check=False)
@@ -94,7 +108,9 @@ class Docker:
 
     def load(self, tar: Path) -> str:
         with tar.open("rb") as fh:
-            proc = subprocess.run([self.exe, "load", "--quiet"], stdin=fh, text=True, capture_output=True, check=False)
+            proc = subprocess.run(
+                [self.exe, "load", "--quiet"], stdin=fh, text=True, capture_output=True, check=False
+            )
         if proc.returncode != 0:
             raise HaloError(f"docker load {tar.name}: failed: {proc.stderr.strip()}")
         return proc.stdout.strip()
@@ -109,25 +125,47 @@ class Docker:
         network: str = "none",
     ) -> str:
         """Run a BuildKit build (output streamed to the terminal) and return the image ID."""
-        builder = self.builder
         iidfile = context / ".iid"
-        argv = [*builder.argv(), "--progress", "plain", "--network", network, "--iidfile", str(iidfile), "-f", str(dockerfile)]
-        for k, v in sorted(build_args.items()):
-            argv += ["--build-arg", f"{k}={v}"]
-        for k, v in sorted(labels.items()):
-            argv += ["--label", f"{k}={v}"]
-        for t in tags:
-            argv += ["-t", t]
-        argv.append(str(context))
+        argv = build_argv(
+            self.builder, context, dockerfile, tags, build_args, labels, network, iidfile
+        )
         env = {**os.environ, "DOCKER_BUILDKIT": "1"}
         proc = subprocess.run(argv, env=env, check=False)
         if proc.returncode != 0:
-            raise HaloError(f"docker build ({dockerfile.name}): failed with exit {proc.returncode}; see the build log above")
+            raise HaloError(
+                f"docker build ({dockerfile.name}): failed with exit {proc.returncode}; see the build log above"
+            )
         return iidfile.read_text().strip()
 
     def run(self, argv: Sequence[str], capture: bool = False) -> subprocess.CompletedProcess[str]:
         return _run([self.exe, "run", *argv], check=False, capture=capture)
 
 
-def which(name: str) -> str | None:
-    return shutil.which(name)
+def build_argv(
+    builder: Builder,
+    context: Path,
+    dockerfile: Path,
+    tags: Sequence[str],
+    build_args: Mapping[str, str],
+    labels: Mapping[str, str],
+    network: str,
+    iidfile: Path,
+) -> list[str]:
+    argv = [
+        *builder.argv(),
+        "--progress",
+        "plain",
+        "--network",
+        network,
+        "--iidfile",
+        str(iidfile),
+        "-f",
+        str(dockerfile),
+    ]
+    for k, v in sorted(build_args.items()):
+        argv += ["--build-arg", f"{k}={v}"]
+    for k, v in sorted(labels.items()):
+        argv += ["--label", f"{k}={v}"]
+    for t in tags:
+        argv += ["-t", t]
+    return [*argv, str(context)]

@@ -21,7 +21,11 @@ def environment_components() -> list[dict[str, object]]:
             "name": name,
             "version": dist.version,
             "purl": f"pkg:pypi/{key}@{dist.version}",
-            **({"licenses": [{"license": {"name": lic}}]} if (lic := dist.metadata.get("License-Expression")) else {}),
+            **(
+                {"licenses": [{"license": {"name": lic}}]}
+                if (lic := dist.metadata.get("License-Expression"))
+                else {}
+            ),
         }
     return [seen[k] for k in sorted(seen)]
 

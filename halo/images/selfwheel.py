@@ -49,11 +49,18 @@ def build_wheel(repo: Path, out_dir: Path) -> Path:
         (path.relative_to(repo).as_posix(), path.read_bytes()) for path in tree_files(repo / "halo")
     ]
     files.append((f"{dist_info}/METADATA", metadata.encode()))
-    files.append((f"{dist_info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: halo\nRoot-Is-Purelib: true\nTag: py3-none-any\n"))
+    files.append(
+        (
+            f"{dist_info}/WHEEL",
+            b"Wheel-Version: 1.0\nGenerator: halo\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+    )
     if scripts:
         entry = "[console_scripts]\n" + "".join(f"{k} = {v}\n" for k, v in sorted(scripts.items()))
         files.append((f"{dist_info}/entry_points.txt", entry.encode()))
-    record = "".join(f"{n},{_record_hash(d)},{len(d)}\n" for n, d in files) + f"{dist_info}/RECORD,,\n"
+    record = (
+        "".join(f"{n},{_record_hash(d)},{len(d)}\n" for n, d in files) + f"{dist_info}/RECORD,,\n"
+    )
     files.append((f"{dist_info}/RECORD", record.encode()))
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / wheel_name(repo)

@@ -22,11 +22,15 @@ def apply_patches() -> dict[str, object]:
     )
     sys.stderr.write(proc.stderr)
     if proc.returncode != 0:
-        raise HaloError(f"patches: strict apply failed (exit {proc.returncode}); the image is not built")
+        raise HaloError(
+            f"patches: strict apply failed (exit {proc.returncode}); the image is not built"
+        )
     return json.loads(proc.stdout)
 
 
-def stamp(inputs_path: Path, out: Path, sbom_out: Path | None, with_patches: bool) -> dict[str, object]:
+def stamp(
+    inputs_path: Path, out: Path, sbom_out: Path | None, with_patches: bool
+) -> dict[str, object]:
     inputs = json.loads(inputs_path.read_text())
     record: dict[str, object] = dict(inputs)
     record["patches"] = apply_patches().get("patches", []) if with_patches else []

@@ -6,7 +6,9 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("fetch", help="download a pin set's artifacts into the content-addressed store")
+    p = sub.add_parser(
+        "fetch", help="download a pin set's artifacts into the content-addressed store"
+    )
     p.add_argument("sets", nargs="+", metavar="SET", help="pin set(s) to fetch (e.g. cpu)")
     p.set_defaults(func=_fetch)
 

@@ -47,14 +47,18 @@ def _from_substitutes(store: Store, art: Artifact, dirs: Sequence[Path]) -> bool
 def _from_index(store: Store, package: str, art: Artifact, index: Index) -> None:
     url = index.locate(package, art.file, art.sha256)
     if url is None:
-        raise HaloError(f"{art.file}: not found on the configured index(es) or substitutes (package {package})")
+        raise HaloError(
+            f"{art.file}: not found on the configured index(es) or substitutes (package {package})"
+        )
     length, chunks = index.download(url)
     progress = Progress(art.file, length or art.size)
     store.add_stream(art.sha256, chunks, art.file, progress.advance)
     progress.finish()
 
 
-def fetch_lock(lock: Lock, store: Store, index: Index, substitutes: Sequence[Path]) -> list[Fetched]:
+def fetch_lock(
+    lock: Lock, store: Store, index: Index, substitutes: Sequence[Path]
+) -> list[Fetched]:
     results = []
     wanted = [(p.name, a) for p in lock.packages for a in p.artifacts]
     say(f"fetch {lock.set}: {len(wanted)} artifacts into {store.root}")
@@ -80,4 +84,6 @@ def summary(set_name: str, results: Sequence[Fetched]) -> str:
         for origin, items in sorted(by_origin.items())
     ]
     rows.append(("total", len(results), human_bytes(sum(r.size for r in results))))
-    return f"fetch {set_name}: every artifact verified by sha256\n" + table(("from", "artifacts", "bytes"), rows)
+    return f"fetch {set_name}: every artifact verified by sha256\n" + table(
+        ("from", "artifacts", "bytes"), rows
+    )

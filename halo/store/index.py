@@ -39,9 +39,13 @@ class IndexClient:
                 except urllib.error.HTTPError as exc:
                     if exc.code == 404:
                         continue
-                    raise HaloError(f"{project}: index answered HTTP {exc.code} for its project page") from None
+                    raise HaloError(
+                        f"{project}: index answered HTTP {exc.code} for its project page"
+                    ) from None
                 except (urllib.error.URLError, TimeoutError, json.JSONDecodeError) as exc:
-                    raise HaloError(f"{project}: index unreachable or not PEP 691 JSON ({exc})") from None
+                    raise HaloError(
+                        f"{project}: index unreachable or not PEP 691 JSON ({exc})"
+                    ) from None
                 for entry in page.get("files", []):
                     entry["url"] = urllib.parse.urljoin(url, entry["url"])
                     files.append(entry)
@@ -60,7 +64,7 @@ class IndexClient:
     @staticmethod
     def download(url: str) -> tuple[int | None, Iterator[bytes]]:
         try:
-            resp = urllib.request.urlopen(url, timeout=TIMEOUT_S)  # noqa: SIM115 - closed by the generator
+            resp = urllib.request.urlopen(url, timeout=TIMEOUT_S)
         except (urllib.error.URLError, TimeoutError) as exc:
             raise HaloError(f"{url.rsplit('/', 1)[-1]}: download failed ({exc})") from None
         length = resp.headers.get("Content-Length")

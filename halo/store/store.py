@@ -28,10 +28,14 @@ class Store:
         """The stored file, re-hashed now; a tampered or missing entry is refused."""
         path = self.path(sha256)
         if not path.is_file():
-            raise HaloError(f"{label}: not in the store ({path.parent.parent.parent}); run `halo fetch`")
+            raise HaloError(
+                f"{label}: not in the store ({path.parent.parent.parent}); run `halo fetch`"
+            )
         actual = sha256_file(path)
         if actual != sha256:
-            raise HaloError(f"{label}: store entry corrupted: expected sha256 {sha256}, got {actual}; run `halo fetch` to replace it")
+            raise HaloError(
+                f"{label}: store entry corrupted: expected sha256 {sha256}, got {actual}; run `halo fetch` to replace it"
+            )
         return path
 
     def add_stream(
@@ -55,14 +59,18 @@ class Store:
                     on_bytes(len(chunk))
             actual = h.hexdigest()
             if actual != sha256:
-                raise HaloError(f"{label}: sha256 mismatch: expected {sha256}, got {actual}; not kept")
+                raise HaloError(
+                    f"{label}: sha256 mismatch: expected {sha256}, got {actual}; not kept"
+                )
             tmp.chmod(0o444)
             tmp.replace(final)
         finally:
             tmp.unlink(missing_ok=True)
         return final
 
-    def add_file(self, sha256: str, src: Path, label: str, on_bytes: Callable[[int], None] = lambda n: None) -> Path:
+    def add_file(
+        self, sha256: str, src: Path, label: str, on_bytes: Callable[[int], None] = lambda n: None
+    ) -> Path:
         with src.open("rb") as fh:
             return self.add_stream(sha256, iter(lambda: fh.read(CHUNK), b""), label, on_bytes)
 

@@ -9,9 +9,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("test", help="run a test tier inside an image (or --native)")
     p.add_argument("tier", help="cpu, gpu-core, gpu-full, rollout-vllm, rollout-sglang")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--image", help="catalog image to run in (default: cpu for cpu, else blackwell)")
+    where.add_argument(
+        "--image", help="catalog image to run in (default: cpu for cpu, else blackwell)"
+    )
     where.add_argument("--native", action="store_true", help="run on this host's Python instead")
-    p.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARG", help="after --: passed to pytest")
+    p.add_argument(
+        "pytest_args", nargs="*", metavar="-- PYTEST_ARG", help="after --: passed to pytest"
+    )
     p.set_defaults(func=_test)
 
     p = sub.add_parser("example", help="the main job: train the tiny SFT example inside an image")
@@ -38,7 +42,11 @@ def _test(args: argparse.Namespace) -> int:
 
     t = tier(args.tier)
     extra = list(args.pytest_args)
-    image = None if args.native else _image_ref(args.image or ("cpu" if t.name == "cpu" else "blackwell"))
+    image = (
+        None
+        if args.native
+        else _image_ref(args.image or ("cpu" if t.name == "cpu" else "blackwell"))
+    )
     return run_tier(t, image, scratch_root(), extra)
 
 
@@ -48,5 +56,12 @@ def _example(args: argparse.Namespace) -> int:
     config = f"examples/{args.method.replace('/', '-')}/config.yaml"
     if args.method == "offline-grpo":
         config = "examples/grpo/config.yaml"
-    argv = ["halo", "launch", args.method, config, "--", f"--runtime.output_dir={SCRATCH}/example-{args.method.replace('/', '-')}"]
+    argv = [
+        "halo",
+        "launch",
+        args.method,
+        config,
+        "--",
+        f"--runtime.output_dir={SCRATCH}/example-{args.method.replace('/', '-')}",
+    ]
     return run_spec(RunSpec(image=_image_ref(args.image), argv=argv))

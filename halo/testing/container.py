@@ -31,10 +31,10 @@ class RunSpec:
 
 
 def docker_run_args(spec: RunSpec, repo: Path, scratch: Path) -> list[str]:
-    args = ["--rm", "--init", f"--network={spec.network}", "--ipc=host"]
-    args += ["--ulimit", "memlock=-1", "--ulimit", "stack=67108864", "--shm-size=2g"]
+    args = ["--rm", "--init", f"--network={spec.network}", "--ipc=host", "--shm-size=2g"]
     if spec.gpus:
-        args += ["--gpus", "all"]
+        # NCCL and RDMA pin memory; unprivileged CPU-only hosts may refuse to raise memlock.
+        args += ["--gpus", "all", "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
     args += ["--user", f"{os.getuid()}:{os.getgid()}"]
     ro = "" if spec.workspace_writable else ":ro"
     args += ["-v", f"{repo}:{WORKSPACE}{ro}", "-v", f"{scratch}:{SCRATCH}", "-w", WORKSPACE]

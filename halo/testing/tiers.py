@@ -35,10 +35,22 @@ TIERS = {
         Tier("cpu", "cpu", "tests/cpu"),
         Tier("gpu-core", "gpu_core", "tests/gpu_core", gpus=True),
         Tier("gpu-full", "gpu_full", "tests/gpu_full", gpus=True),
-        Tier("rollout-vllm", "rollout_vllm", "tests/rollout", server_env="HALO_VLLM_URL",
-             server_default="http://127.0.0.1:8000", compose="images/docker-compose.vllm.yml"),
-        Tier("rollout-sglang", "rollout_sglang", "tests/rollout", server_env="HALO_SGLANG_URL",
-             server_default="http://127.0.0.1:30000", compose="images/docker-compose.sglang.yml"),
+        Tier(
+            "rollout-vllm",
+            "rollout_vllm",
+            "tests/rollout",
+            server_env="HALO_VLLM_URL",
+            server_default="http://127.0.0.1:8000",
+            compose="images/docker-compose.vllm.yml",
+        ),
+        Tier(
+            "rollout-sglang",
+            "rollout_sglang",
+            "tests/rollout",
+            server_env="HALO_SGLANG_URL",
+            server_default="http://127.0.0.1:30000",
+            compose="images/docker-compose.sglang.yml",
+        ),
     )
 }
 
@@ -72,7 +84,17 @@ def check_server(t: Tier) -> None:
 
 
 def pytest_argv(t: Tier, junit: str, extra: list[str]) -> list[str]:
-    return ["-m", "pytest", t.path, "-m", t.marker, "-p", "no:cacheprovider", f"--junitxml={junit}", *extra]
+    return [
+        "-m",
+        "pytest",
+        t.path,
+        "-m",
+        t.marker,
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={junit}",
+        *extra,
+    ]
 
 
 @dataclass(frozen=True)
@@ -96,8 +118,13 @@ def read_junit(path: Path) -> Counts | None:
     if suite is None:
         return None
     a = suite.attrib
-    return Counts(int(a.get("tests", 0)), int(a.get("failures", 0)), int(a.get("errors", 0)),
-                  int(a.get("skipped", 0)), float(a.get("time", 0.0)))
+    return Counts(
+        int(a.get("tests", 0)),
+        int(a.get("failures", 0)),
+        int(a.get("errors", 0)),
+        int(a.get("skipped", 0)),
+        float(a.get("time", 0.0)),
+    )
 
 
 def run_tier(t: Tier, image_ref: str | None, scratch: Path, extra: list[str]) -> int:
@@ -108,7 +135,9 @@ def run_tier(t: Tier, image_ref: str | None, scratch: Path, extra: list[str]) ->
     junit_host = reports / f"{t.name}.xml"
     junit_host.unlink(missing_ok=True)
     if image_ref is None:
-        rc = subprocess.run([sys.executable, *pytest_argv(t, str(junit_host), extra)], check=False).returncode
+        rc = subprocess.run(
+            [sys.executable, *pytest_argv(t, str(junit_host), extra)], check=False
+        ).returncode
         where = "native"
     else:
         env = {t.server_env: server_url(t)} if t.server_env else {}
@@ -123,8 +152,24 @@ def run_tier(t: Tier, image_ref: str | None, scratch: Path, extra: list[str]) ->
         where = image_ref
     counts = read_junit(junit_host)
     if counts:
-        print(table(("tier", "where", "passed", "failed", "errors", "skipped", "time"),
-                    [(t.name, where, counts.passed, counts.failures, counts.errors, counts.skipped, f"{counts.seconds:.1f}s")]))
+        print(
+            table(
+                ("tier", "where", "passed", "failed", "errors", "skipped", "time"),
+                [
+                    (
+                        t.name,
+                        where,
+                        counts.passed,
+                        counts.failures,
+                        counts.errors,
+                        counts.skipped,
+                        f"{counts.seconds:.1f}s",
+                    )
+                ],
+            )
+        )
     if rc == NO_TESTS_COLLECTED:
-        raise HaloError(f"tier {t.name}: collected no tests (marker {t.marker} under {t.path}); a tier asked for must run something")
+        raise HaloError(
+            f"tier {t.name}: collected no tests (marker {t.marker} under {t.path}); a tier asked for must run something"
+        )
     return rc

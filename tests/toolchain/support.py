@@ -1,0 +1,97 @@
+"""Helpers shared by toolchain tests: run the CLI, list trees, a real local package index."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+COPY_IGNORE = shutil.ignore_patterns(
+    ".git", ".nox", "__pycache__", ".pytest_cache", ".ruff_cache", "*.egg-info"
+)
+
+
+def halo(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "halo", *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def tree_listing(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) if root.exists() else []
+
+
+class LocalIndex:
+    """A real PEP 691 JSON index over HTTP on 127.0.0.1, serving files from a folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.files: dict[str, dict[str, bytes]] = {}
+        handler = self._handler()
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/simple/"
+
+    def add(
+        self, project: str, filename: str, data: bytes, listed_sha256: str | None = None
+    ) -> str:
+        self.files.setdefault(project, {})[filename] = data
+        self._listed = getattr(self, "_listed", {})
+        self._listed[filename] = listed_sha256 or hashlib.sha256(data).hexdigest()
+        return hashlib.sha256(data).hexdigest()
+
+    def _handler(self) -> type[http.server.BaseHTTPRequestHandler]:
+        index = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                parts = [p for p in self.path.split("/") if p]
+                if len(parts) == 2 and parts[0] == "simple" and parts[1] in index.files:
+                    files = [
+                        {
+                            "filename": f,
+                            "url": f"/files/{f}",
+                            "hashes": {"sha256": index._listed[f]},
+                        }
+                        for f in index.files[parts[1]]
+                    ]
+                    body = json.dumps(
+                        {"meta": {"api-version": "1.0"}, "name": parts[1], "files": files}
+                    ).encode()
+                    self._send(200, body, "application/vnd.pypi.simple.v1+json")
+                    return
+                if len(parts) == 2 and parts[0] == "files":
+                    for files in index.files.values():
+                        if parts[1] in files:
+                            self._send(200, files[parts[1]], "application/octet-stream")
+                            return
+                self._send(404, b"not found", "text/plain")
+
+            def _send(self, code: int, body: bytes, ctype: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        return Handler

@@ -1,0 +1,180 @@
+"""The image catalog, input hashes, and bad input failing closed with one line."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from support import halo, tree_listing
+
+from halo.errors import HaloError
+from halo.images.base import BaseState
+from halo.images.build import resolve_inputs
+from halo.images.catalog import load_catalog, parse_catalog
+from halo.images.selfwheel import build_wheel
+
+GOOD = """
+bases:
+  b:
+    recipe: mmdebstrap
+    suite: bookworm
+    packages: [python3]
+    python: python3
+images:
+  cpu:
+    repository: halo
+    tag: cpu
+    dockerfile: images/training/Dockerfile
+    pins: cpu
+    base: b
+    tiers: [cpu]
+    publish: halo
+"""
+
+
+def test_catalog_parses_the_shipped_file() -> None:
+    catalog = load_catalog(Path(__file__).resolve().parents[2])
+    assert set(catalog.images) == {"cpu", "blackwell", "hopper", "vllm", "sglang"}
+    assert catalog.images["blackwell"].cuda_arch == ("10.0", "10.3")
+    assert catalog.images["hopper"].cuda_arch == ("9.0a",)
+    # One training Dockerfile serves all three training images.
+    assert {catalog.images[n].dockerfile for n in ("cpu", "blackwell", "hopper")} == {
+        "images/training/Dockerfile"
+    }
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (
+            lambda s: s.replace("  cpu:\n", "  cpu:\n    colour: red\n"),
+            r"images\.cpu: unknown key 'colour'",
+        ),
+        (lambda s: s.replace("base: b", "base: nope"), r"images\.cpu\.base: unknown base 'nope'"),
+        (
+            lambda s: s.replace("recipe: mmdebstrap", "recipe: magic"),
+            r"bases\.b\.recipe: expected one of",
+        ),
+        (lambda s: s.replace("    repository: halo\n", ""), r"images\.cpu\.repository: required"),
+        (lambda s: s + "  x: [unclosed\n", r"malformed YAML"),
+    ],
+)
+def test_catalog_errors_name_the_key(mutate, message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(HaloError, match=message):
+        parse_catalog(mutate(GOOD), Path("images/images.yaml"))
+
+
+def test_registry_bases_must_be_pinned_by_digest() -> None:
+    text = GOOD.replace(
+        "recipe: mmdebstrap\n    suite: bookworm\n",
+        "recipe: registry\n    from: nvidia/cuda:13.0.2-base-ubuntu24.04\n",
+    )
+    with pytest.raises(HaloError, match=r"bases\.b\.from: must be pinned by digest"):
+        parse_catalog(text, Path("images.yaml"))
+
+
+def _one_error_line(proc) -> str:  # type: ignore[no-untyped-def]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def test_malformed_catalog_is_one_line_exit_2_nothing_written(
+    repo_copy: Path, isolated_env: dict[str, str], tmp_path: Path
+) -> None:
+    (repo_copy / "images" / "images.yaml").write_text("images:\n  cpu: [unclosed\n")
+    proc = halo("image", "build", "cpu", cwd=repo_copy, env=isolated_env)
+    assert proc.returncode == 2
+    assert _one_error_line(proc).startswith(f"halo: error: {repo_copy}/images/images.yaml: line ")
+    assert tree_listing(tmp_path / "store") == tree_listing(tmp_path / "cache") == []
+
+
+def test_unknown_image_is_one_line_exit_2(
+    repo_copy: Path, isolated_env: dict[str, str], tmp_path: Path
+) -> None:
+    proc = halo("image", "build", "gpu9000", cwd=repo_copy, env=isolated_env)
+    assert proc.returncode == 2
+    assert (
+        "unknown image 'gpu9000' (known: blackwell, cpu, hopper, sglang, vllm)"
+        in _one_error_line(proc)
+    )
+    assert tree_listing(tmp_path / "cache") == []
+
+
+def test_missing_lock_is_one_line_exit_2(
+    repo_copy: Path, isolated_env: dict[str, str], tmp_path: Path
+) -> None:
+    (repo_copy / "pins" / "cpu.lock").unlink()
+    for argv in (("image", "build", "cpu"), ("fetch", "cpu")):
+        proc = halo(*argv, cwd=repo_copy, env=isolated_env)
+        assert proc.returncode == 2, argv
+        assert (
+            _one_error_line(proc)
+            == f"halo: error: {repo_copy}/pins/cpu.lock: lock not found; run `halo pins lock cpu`"
+        )
+    assert tree_listing(tmp_path / "store") == tree_listing(tmp_path / "cache") == []
+
+
+def _inputs(repo: Path, name: str = "cpu"):  # type: ignore[no-untyped-def]
+    catalog = load_catalog(repo)
+    return resolve_inputs(repo, catalog, catalog.image(name), docker=None)
+
+
+def test_input_hash_is_stable_and_independent_of_the_checkout_path(
+    repo_copy: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    other = tmp_path / "elsewhere" / "checkout"
+    shutil.copytree(repo_copy, other)
+    for name in ("cpu", "blackwell", "hopper", "vllm", "sglang"):
+        assert (
+            _inputs(repo_copy, name).hash
+            == _inputs(other, name).hash
+            == _inputs(repo_copy, name).hash
+        )
+
+
+@pytest.mark.parametrize(
+    "path", ["halo/__init__.py", "patches/README.md", "images/training/Dockerfile", "pins/cpu.lock"]
+)
+def test_input_hash_covers(repo_copy: Path, path: str) -> None:
+    before = _inputs(repo_copy).hash
+    target = repo_copy / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("a") as fh:
+        fh.write("\n# changed\n")
+    assert _inputs(repo_copy).hash != before
+
+
+def test_input_hash_ignores_bytecode_and_caches(repo_copy: Path) -> None:
+    before = _inputs(repo_copy).hash
+    cache = repo_copy / "halo" / "__pycache__"
+    cache.mkdir(exist_ok=True)
+    (cache / "cli.cpython-311.pyc").write_bytes(b"\0junk")
+    assert _inputs(repo_copy).hash == before
+
+
+def test_a_made_base_enters_the_hash_by_its_digest(repo_copy: Path) -> None:
+    from halo.images.inputs import base_identity
+
+    assert (
+        base_identity(BaseState("halo-base/x:1", "sha256:" + "a" * 64), "r") == "sha256:" + "a" * 64
+    )
+    assert (
+        base_identity(BaseState("nvidia/cuda:13@sha256:" + "b" * 64, None), "r")
+        == "sha256:" + "b" * 64
+    )
+    assert base_identity(BaseState("halo-base/x:1", None), "r") == "pending:r"
+
+
+def test_halo_wheel_is_a_pure_function_of_the_source(repo_copy: Path, tmp_path: Path) -> None:
+    a = build_wheel(repo_copy, tmp_path / "a")
+    b = build_wheel(repo_copy, tmp_path / "b")
+    assert hashlib.sha256(a.read_bytes()).digest() == hashlib.sha256(b.read_bytes()).digest()
+    (repo_copy / "halo" / "__init__.py").write_text(
+        (repo_copy / "halo" / "__init__.py").read_text() + "# x\n"
+    )
+    c = build_wheel(repo_copy, tmp_path / "c")
+    assert hashlib.sha256(c.read_bytes()).digest() != hashlib.sha256(a.read_bytes()).digest()
