@@ -24,9 +24,17 @@ from halo.atomic import staged_dir
 
 REQUIRED = ("meta.json", "config.json", "model.safetensors", "optimizer.pt", "scheduler.pt")
 NAME = re.compile(r"epoch_(\d+)_step_(\d+)")
-# A test hook: seconds to sleep in the middle of a checkpoint write (after model.safetensors),
-# so a test can SIGKILL a trainer with a half-written checkpoint on disk. Unset in real runs.
+# A test hook: "STEP:SECONDS" sleeps in the middle of writing the checkpoint of STEP (after
+# model.safetensors), so a test can SIGKILL a trainer with a half-written checkpoint on disk.
+# Unset in real runs.
 TEST_HOOK_SLEEP_ENV = "HALO_TEST_HOOK_CHECKPOINT_SLEEP"
+
+
+def test_hook_sleep(value: str | None) -> tuple[int, float] | None:
+    if not value:
+        return None
+    step, _, seconds = value.partition(":")
+    return int(step), float(seconds)
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,8 @@ class Result:
     seconds: float
     stopped_by_signal: bool
     checkpoint: Path | None
+    # Per step: (tokens, seconds), checkpoint writes excluded; the benchmark reads these.
+    step_times: list[tuple[int, float]] = field(default_factory=list)
 
 
 class StopFlag:
@@ -161,7 +163,8 @@ def train(
     tok: Tokenizer,
     ctx: distributed.Context,
     stop: StopFlag | None = None,
-    checkpoint_hook_sleep: float = 0.0,
+    checkpoint_hook_sleep: tuple[int, float] | None = None,
+    save_final: bool = True,
 ) -> Result:
     t = cfg.training
     if t.global_batch_size % ctx.world:
@@ -248,6 +251,8 @@ def train(
                 "world_size": ctx.world,
                 "loss": losses.get(step),
             }
+            hook = checkpoint_hook_sleep
+            sleep = hook[1] if hook and hook[0] == step else 0.0
             path = checkpoint.write(
                 job_dir,
                 epoch,
@@ -258,7 +263,7 @@ def train(
                 meta,
                 mcfg.to_json(),
                 tok.to_json(),
-                hook_sleep=checkpoint_hook_sleep,
+                hook_sleep=sleep,
             )
             for gone in checkpoint.prune(job_dir, cfg.checkpoint.keep_last):
                 log(ctx, f"checkpoint: pruned {gone.name}")
@@ -269,6 +274,7 @@ def train(
     tokens_done, started, last_ckpt = 0, time.monotonic(), None
     saved_at = step if found is not None else -1
     stopped = False
+    step_times: list[tuple[int, float]] = []
     model.train()
     while step < total:
         t0 = time.monotonic()
@@ -330,7 +336,9 @@ def train(
             }
             metrics.write(json.dumps(row) + "\n")
             metrics.flush()
-        if ctx.any(stop.requested):
+        stop_now = ctx.any(stop.requested)
+        step_times.append((n_tok, time.monotonic() - t0))
+        if stop_now:
             log(ctx, f"SIGTERM: batch {step} finished, writing an emergency checkpoint")
             last_ckpt = save("sigterm")
             saved_at, stopped = step, True
@@ -338,8 +346,9 @@ def train(
         if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0:
             last_ckpt = save("periodic")
             saved_at = step
-    if not stopped and saved_at != step:
+    if save_final and not stopped and saved_at != step:
         last_ckpt = save("final")
     if metrics:
         metrics.close()
-    return Result(step, losses, tokens_done, time.monotonic() - started, stopped, last_ckpt)
+    seconds = time.monotonic() - started
+    return Result(step, losses, tokens_done, seconds, stopped, last_ckpt, step_times)

@@ -39,7 +39,7 @@ def run(method_name: str, config_path: Path, extra: list[str]) -> int:
     try:
         tok = loop.load_tokenizer(cfg)
         method = importlib.import_module(spec.module).build(cfg, tok)
-        hook = float(os.environ.get(checkpoint.TEST_HOOK_SLEEP_ENV, "0") or 0)
+        hook = checkpoint.test_hook_sleep(os.environ.get(checkpoint.TEST_HOOK_SLEEP_ENV))
         result = loop.train(cfg, method, tok, ctx, stop, checkpoint_hook_sleep=hook)
         if ctx.is_main:
             first, last = (
