@@ -4,11 +4,13 @@ Indexes: $HALO_INDEX_URL, else the index pip/uv are configured with
 ($PIP_INDEX_URL, $UV_DEFAULT_INDEX, $UV_INDEX_URL), else pip's own built-in default.
 Extra indexes: $HALO_EXTRA_INDEX_URLS (space separated).
 Substitutes (local wheel folders, trusted only through the hash): $HALO_SUBSTITUTES
-(os.pathsep separated), plus local folders named by $PIP_FIND_LINKS / $UV_FIND_LINKS.
+(os.pathsep separated), plus local folders named as find-links by pip's configuration
+($PIP_FIND_LINKS, pip.conf files) or uv's ($UV_FIND_LINKS).
 """
 
 from __future__ import annotations
 
+import configparser
 import os
 from pathlib import Path
 
@@ -31,11 +33,40 @@ def index_urls(env: dict[str, str] | None = None) -> list[str]:
     return [u.rstrip("/") + "/" for u in urls if not u.startswith("file:")]
 
 
+def _pip_config_files(env: dict[str, str]) -> list[Path]:
+    """pip's configuration files, in pip's own order of precedence (lowest first)."""
+    xdg_dirs = env.get("XDG_CONFIG_DIRS", "/etc/xdg").split(os.pathsep)
+    home = Path(env.get("HOME", str(Path.home())))
+    files = [Path(d) / "pip" / "pip.conf" for d in xdg_dirs] + [Path("/etc/pip.conf")]
+    files += [
+        home / ".pip" / "pip.conf",
+        Path(env.get("XDG_CONFIG_HOME", str(home / ".config"))) / "pip" / "pip.conf",
+    ]
+    if cfg := env.get("PIP_CONFIG_FILE"):
+        files.append(Path(cfg))
+    return files
+
+
+def _pip_config_find_links(env: dict[str, str]) -> str:
+    links: list[str] = []
+    for path in _pip_config_files(env):
+        parser = configparser.ConfigParser(interpolation=None)
+        try:
+            parser.read(path)
+        except (configparser.Error, OSError):
+            continue
+        for section in ("global", "download", "install"):
+            if parser.has_option(section, "find-links"):
+                links.append(parser.get(section, "find-links"))
+    return " ".join(links)
+
+
 def substitute_dirs(env: dict[str, str] | None = None) -> list[Path]:
     env = dict(os.environ if env is None else env)
     dirs: list[str] = [d for d in env.get("HALO_SUBSTITUTES", "").split(os.pathsep) if d]
-    for var in FIND_LINKS_VARS:
-        for entry in env.get(var, "").replace(",", " ").split():
+    configured = [env.get(var, "") for var in FIND_LINKS_VARS] + [_pip_config_find_links(env)]
+    for value in configured:
+        for entry in value.replace(",", " ").split():
             if entry.startswith("file://"):
                 entry = entry.removeprefix("file://")
             if "://" not in entry:
