@@ -1,0 +1,123 @@
+"""Benchmarks with budgets, run by `nox -s bench`: each row is a median of repeated runs.
+
+  no-op build     `nox -s build-cpu` and `halo image build cpu` when halo:cpu is up to date  < 2 s
+  pins check      `halo pins check` over every set                                           < 1 s
+  lock check      `halo pins lock --check` over every set, warm uv cache                     < 60 s
+  trainer         tokens/s of the tiny SFT example, ours / a plain PyTorch loop              >= 0.9x
+
+Exit 1 when a budget is missed. `--only NAME` runs one row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    measured: str
+    budget: str
+    ok: bool
+
+
+def wall(argv: list[str], runs: int = 3) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
+        times.append(time.perf_counter() - start)
+        if proc.returncode != 0:
+            sys.exit(
+                f"bench: {' '.join(argv)} failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}"
+            )
+    return statistics.median(times)
+
+
+def halo_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "halo", *args]
+
+
+def noop_build() -> list[Row]:
+    subprocess.run(
+        halo_cmd("image", "build", "cpu"), cwd=REPO, check=True, capture_output=True
+    )  # warm
+    direct = wall(halo_cmd("image", "build", "cpu"))
+    via_nox = wall(["nox", "-s", "build-cpu"])
+    return [
+        Row("no-op build (halo image build cpu)", f"{direct:.2f} s", "< 2 s", direct < 2),
+        Row("no-op build (nox -s build-cpu)", f"{via_nox:.2f} s", "< 2 s", via_nox < 2),
+    ]
+
+
+def pins_check() -> list[Row]:
+    t = wall(halo_cmd("pins", "check"), runs=5)
+    return [Row("halo pins check (all sets)", f"{t:.2f} s", "< 1 s", t < 1)]
+
+
+def lock_check() -> list[Row]:
+    subprocess.run(
+        halo_cmd("pins", "lock", "--check"), cwd=REPO, check=False, capture_output=True
+    )  # warm uv's cache
+    t = wall(halo_cmd("pins", "lock", "--check"), runs=1)
+    return [Row("halo pins lock --check (all sets)", f"{t:.1f} s", "< 60 s", t < 60)]
+
+
+def trainer() -> list[Row]:
+    code = (
+        "import json; from halo.train.bench import measure; "
+        "print(json.dumps(measure('examples/sft/config.yaml')))"
+    )
+    from halo.images.docker import Docker
+    from halo.paths import scratch_root
+    from halo.testing.container import RunSpec, docker_run_args
+
+    spec = RunSpec(image="halo:cpu", argv=["python", "-c", code])
+    proc = Docker.discover().run(docker_run_args(spec, REPO, scratch_root()), capture=True)
+    if proc.returncode != 0:
+        sys.exit(f"bench: trainer throughput failed in halo:cpu: {proc.stderr.strip()[-800:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    ratio = result["ratio"]
+    detail = f"{result['ours_tokens_per_s']:.0f} vs {result['plain_tokens_per_s']:.0f} tok/s = {ratio:.2f}x"
+    return [Row("trainer throughput, ours/plain (halo:cpu)", detail, ">= 0.9x", ratio >= 0.9)]
+
+
+BENCHES: dict[str, Callable[[], list[Row]]] = {
+    "noop-build": noop_build,
+    "pins-check": pins_check,
+    "lock-check": lock_check,
+    "trainer": trainer,
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=sorted(BENCHES), action="append")
+    args = parser.parse_args()
+    rows: list[Row] = []
+    for name in args.only or BENCHES:
+        print(f"bench: {name} ...", file=sys.stderr, flush=True)
+        rows += BENCHES[name]()
+    from halo.report import table
+
+    print(
+        table(
+            ("benchmark", "measured", "budget", "ok"),
+            [(r.name, r.measured, r.budget, "yes" if r.ok else "NO") for r in rows],
+        )
+    )
+    return 0 if all(r.ok for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
