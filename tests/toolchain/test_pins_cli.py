@@ -1,0 +1,219 @@
+"""`halo pins ...` end to end on the committed pins and on broken copies of them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from support import REPO, halo, tree_listing
+
+from halo.errors import HaloError
+from halo.pins.inputs import load_inputs
+from halo.pins.lockfile import load_lock
+from halo.pins.locking import check_locks, write_locks
+from halo.pins.resolve import Resolution
+
+SETS = ("blackwell", "hopper", "vllm", "sglang", "cpu")
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {p: (root / p).read_bytes() for p in tree_listing(root) if (root / p).is_file()}
+
+
+def test_committed_pins_pass_check_in_under_a_second() -> None:
+    start = time.perf_counter()
+    proc = halo("pins", "check", cwd=REPO)
+    elapsed = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "5 sets" in proc.stdout
+    assert elapsed < 1.0, f"halo pins check took {elapsed:.2f}s"
+
+
+def test_committed_locks_name_files_never_locations() -> None:
+    for name in SETS:
+        text = (REPO / "pins" / f"{name}.lock").read_text()
+        assert "://" not in text and "/opt/" not in text
+        lock = load_lock(REPO / "pins" / f"{name}.lock")
+        assert lock.inputs_sha256 == load_inputs(REPO / "pins").sets[name].sha256()
+        for pkg in lock.packages:
+            assert len(pkg.artifacts) == 1, pkg.name
+            assert pkg.artifacts[0].size, pkg.name
+
+
+def test_cpu_lock_takes_the_official_cpu_torch() -> None:
+    torch = load_lock(REPO / "pins" / "cpu.lock").package("torch")
+    assert torch is not None and torch.version == "2.13.0+cpu"
+    (art,) = torch.artifacts
+    assert art.file == "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+    assert art.sha256 == "6746dbcbeb526eb61330b76b41ff1b4eb848951103a892eeb080dfa2b264667b"
+
+
+def test_blackwell_gets_the_cuda13_cute_dsl() -> None:
+    lock = load_lock(REPO / "pins" / "blackwell.lock")
+    assert lock.package("nvidia-cutlass-dsl-libs-cu13") is not None
+    assert lock.package("nvidia-cutlass-dsl-libs-cu12") is None
+
+
+def test_check_reports_a_violation_in_one_line(repo_copy: Path) -> None:
+    lock = repo_copy / "pins" / "hopper.lock"
+    lock.write_text(lock.read_text().replace('version = "2.28.9"', 'version = "2.27.7"'))
+    proc = halo("pins", "check", cwd=repo_copy, env={"HALO_REPO": str(repo_copy)})
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == [
+        "blackwell: nvidia-nccl-cu13: one-nccl (2.28.9 here; blackwell 2.28.9, hopper 2.27.7)",
+        "hopper: nvidia-nccl-cu13: one-nccl (2.27.7 here; blackwell 2.28.9, hopper 2.27.7)",
+    ]
+    assert proc.stderr == "halo: 2 pin invariant violation(s)\n"
+
+
+def test_check_notices_a_stale_lock(repo_copy: Path) -> None:
+    (repo_copy / "pins" / "requirements" / "cpu.in").write_text("torch==2.13.0+cpu\nrich\n")
+    proc = halo("pins", "check", cwd=repo_copy, env={"HALO_REPO": str(repo_copy)})
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == [
+        "cpu: -: lock-fresh (inputs changed; run `halo pins lock cpu`)"
+    ]
+
+
+BAD_INPUTS = {
+    "unknown set": (("pins", "lock", "nope"), None, "unknown pin set 'nope'"),
+    "unknown set in diff": (("pins", "diff", "cpu", "nope"), None, "unknown pin set 'nope'"),
+    "bad platform": (
+        ("pins", "lock", "cpu"),
+        ("sets.toml", 'platform = "x86_64-manylinux_2_36"', 'platform = "debian12"'),
+        "key 'platform' must look like",
+    ),
+    "missing requirement file": (
+        ("pins", "lock"),
+        ("sets.toml", '"cpu.in"', '"gone.in"'),
+        "'gone.in' is not a file in pins/requirements/",
+    ),
+    "unparsable inputs": (
+        ("pins", "check"),
+        ("sets.toml", "[set.cpu]", "[set.cpu"),
+        "not valid TOML",
+    ),
+    "unparsable lock": (
+        ("pins", "check"),
+        ("vllm.lock", "[[package]]", "[[package]"),
+        "not a valid lock",
+    ),
+    "pin without a hash": (
+        ("pins", "check"),
+        ("cpu.lock", 'sha256 = "6746', 'sha = "6746'),
+        "missing key 'sha256'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_is_one_line_exit_2_and_touches_nothing(repo_copy: Path, case: str) -> None:
+    args, edit, message = BAD_INPUTS[case]
+    if edit:
+        path = repo_copy / "pins" / edit[0]
+        assert edit[1] in path.read_text()
+        path.write_text(path.read_text().replace(edit[1], edit[2], 1))
+    before = snapshot(repo_copy)
+    proc = halo(*args, cwd=repo_copy, env={"HALO_REPO": str(repo_copy)})
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and message in proc.stderr
+    assert proc.stderr.startswith("halo: error: ")
+    assert snapshot(repo_copy) == before
+
+
+def test_diff_lists_added_removed_changed() -> None:
+    proc = halo("pins", "diff", "blackwell", "hopper", cwd=REPO)
+    assert proc.returncode == 0
+    assert any(line.split()[:2] == ["removed", "flash-attn-4"] for line in proc.stdout.splitlines())
+    proc = halo("pins", "diff", "vllm", "sglang", cwd=REPO)
+    assert any(line.split()[:2] == ["added", "sglang"] for line in proc.stdout.splitlines())
+    assert any(line.split()[:2] == ["removed", "vllm"] for line in proc.stdout.splitlines())
+    assert "changed" in proc.stdout.splitlines()[-1]
+
+
+def test_why_traces_to_the_top_level_requirement() -> None:
+    proc = halo("pins", "why", "nvidia-cutlass-dsl-libs-cu13", "blackwell", cwd=REPO)
+    assert proc.returncode == 0
+    assert proc.stdout.splitlines() == [
+        "nvidia-cutlass-dsl-libs-cu13 <- nvidia-cutlass-dsl <- flash-attn-4 <- `flash-attn-4[cu13]`"
+    ]
+    proc = halo("pins", "why", "not-there", "cpu", cwd=REPO)
+    assert proc.returncode == 2 and "no package 'not-there'" in proc.stderr
+
+
+class FakeResolver:
+    """Stands in for uv (the network) to test the glue: canned output, or a failure."""
+
+    def __init__(self, fail: str | None = None, version: str = "6.0.3") -> None:
+        self.fail = fail
+        self.version = version
+
+    def resolve(self, inputs, pins_dir):  # type: ignore[no-untyped-def]
+        if inputs.name == self.fail:
+            raise HaloError(f"pins/sets.toml: [set.{inputs.name}]: uv could not resolve it")
+        pylock = (
+            '[[packages]]\nname = "pyyaml"\nversion = "' + self.version + '"\n'
+            'wheels = [{ url = "https://index.invalid/pyyaml-'
+            + self.version
+            + '-py3-none-any.whl",'
+            ' size = 3, hashes = { sha256 = "' + "f" * 64 + '" } }]\n'
+        )
+        return Resolution(pylock, f"pyyaml=={self.version}\n    # via -r requirements/x.in\n")
+
+
+def test_lock_writes_nothing_when_any_set_fails(repo_copy: Path) -> None:
+    pins = repo_copy / "pins"
+    before = snapshot(pins)
+    with pytest.raises(HaloError, match=r"\[set.hopper\]"):
+        write_locks(pins, ["cpu", "hopper"], FakeResolver(fail="hopper"))
+    assert snapshot(pins) == before
+    write_locks(pins, ["cpu"], FakeResolver())
+    assert load_lock(pins / "cpu.lock").package("pyyaml") is not None
+    assert (pins / "hopper.lock").read_bytes() == before["hopper.lock"]
+    assert [p.name for p in pins.iterdir() if p.name.startswith(".")] == []
+
+
+def test_lock_check_gives_a_unified_diff_on_drift(repo_copy: Path) -> None:
+    pins = repo_copy / "pins"
+    write_locks(pins, ["cpu"], FakeResolver())
+    assert check_locks(pins, ["cpu"], FakeResolver()) == {}
+    drift = check_locks(pins, ["cpu"], FakeResolver(version="6.0.4"))
+    assert list(drift) == ["cpu"]
+    assert '-version = "6.0.3"' in drift["cpu"] and '+version = "6.0.4"' in drift["cpu"]
+    assert drift["cpu"].startswith("--- pins/cpu.lock (committed)")
+
+
+def _has_cpu_torch_substitute() -> bool:
+    from halo.sources import substitute_dirs
+
+    return any(any(d.glob("torch-2.13.0+cpu-*.whl")) for d in substitute_dirs())
+
+
+@pytest.mark.network
+@pytest.mark.skipif(shutil.which("uv") is None, reason="needs uv on PATH")
+@pytest.mark.skipif(
+    not _has_cpu_torch_substitute(),
+    reason="needs a substitute folder (HALO_SUBSTITUTES or PIP_FIND_LINKS) with torch 2.13.0+cpu",
+)
+def test_relocking_cpu_for_real_is_byte_identical(repo_copy: Path) -> None:
+    env = {"HALO_REPO": str(repo_copy), "UV_CACHE_DIR": os.environ.get("UV_CACHE_DIR", "")}
+    env = {k: v for k, v in env.items() if v}
+    proc = halo("pins", "lock", "--check", "cpu", cwd=repo_copy, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = halo("pins", "lock", "cpu", cwd=repo_copy, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert (repo_copy / "pins" / "cpu.lock").read_bytes() == (
+        REPO / "pins" / "cpu.lock"
+    ).read_bytes()
+    # Changed inputs: drift is exit 1 with a diff, and the committed lock stays as it was.
+    cpu_in = repo_copy / "pins" / "requirements" / "cpu.in"
+    cpu_in.write_text(cpu_in.read_text() + "# a comment is an input too\n")
+    proc = halo("pins", "lock", "--check", "cpu", cwd=repo_copy, env=env)
+    assert proc.returncode == 1
+    assert "-inputs-sha256" in proc.stdout and "+inputs-sha256" in proc.stdout
+    assert (repo_copy / "pins" / "cpu.lock").read_bytes() == (
+        REPO / "pins" / "cpu.lock"
+    ).read_bytes()

@@ -1,0 +1,111 @@
+"""pins/sets.toml and its files: what is accepted, what is refused, what the inputs hash covers."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from support import REPO
+
+from halo.errors import HaloError
+from halo.pins.inputs import load_inputs
+from halo.pins.source_hash import source_hash
+from halo.pins.source_pins import load_source_pins, parse_source_pins
+
+
+def test_the_five_sets_and_their_targets() -> None:
+    sets = load_inputs(REPO / "pins").sets
+    assert list(sets) == ["blackwell", "hopper", "vllm", "sglang", "cpu"]
+    assert {s.python for n, s in sets.items() if n != "cpu"} == {"3.12"}
+    assert sets["cpu"].python == "3.11" and sets["cpu"].glibc == (2, 36)
+    assert sets["sglang"].glibc >= (2, 34)
+    assert sets["cpu"].substitutes and not sets["blackwell"].substitutes
+    assert sets["blackwell"].prerelease == ("flash-attn-4",)
+    assert sets["hopper"].prerelease == ()
+
+
+def test_inputs_hash_covers_every_input() -> None:
+    cpu = load_inputs(REPO / "pins").sets["cpu"]
+    variants = [
+        dataclasses.replace(cpu, python="3.12"),
+        dataclasses.replace(cpu, platform="x86_64-manylinux_2_28"),
+        dataclasses.replace(cpu, exclude_newer="2026-01-01T00:00:00Z"),
+        dataclasses.replace(cpu, prerelease=("torch",)),
+        dataclasses.replace(cpu, exclude=("pip",)),
+        dataclasses.replace(cpu, substitutes=False),
+        dataclasses.replace(cpu, constraints=()),
+        dataclasses.replace(cpu, requirements=cpu.requirements[:1]),
+    ]
+    hashes = {v.sha256() for v in variants}
+    assert len(hashes) == len(variants) and cpu.sha256() not in hashes
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ('python = "3.11"', 'python = "py311"', "key 'python' must look like '3.12'"),
+        (
+            'exclude-newer = "2026-11-25T00:00:00Z"\nprerelease = []\nsubstitutes = true',
+            'exclude-newer = "yesterday"\nprerelease = []\nsubstitutes = true',
+            "key 'exclude-newer' must be an RFC 3339",
+        ),
+        ("substitutes = true", 'substitutes = "yes"', "key 'substitutes' must be true or false"),
+        ("substitutes = true", "substitutes = true\nextra = 1", "unknown key 'extra'"),
+        (
+            'constraints = ["training.txt"]\nexclude = []\npython = "3.11"',
+            'constraints = ["../sets.toml"]\nexclude = []\npython = "3.11"',
+            "is not a file in pins/constraints/",
+        ),
+    ],
+)
+def test_bad_sets_toml_is_one_clear_error(
+    repo_copy: Path, old: str, new: str, message: str
+) -> None:
+    path = repo_copy / "pins" / "sets.toml"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(HaloError, match=message) as err:
+        load_inputs(repo_copy / "pins")
+    assert "sets.toml" in err.value.message and "\n" not in err.value.message
+
+
+def test_committed_source_pins() -> None:
+    pins = {p.name: p for p in load_source_pins(REPO / "pins")}
+    assert set(pins) == {"flash-attn", "flash-attn-3", "deep-ep"}
+    assert (
+        pins["flash-attn-3"].sets == ("hopper",) and pins["flash-attn-3"].subdirectory == "hopper"
+    )
+    assert set(pins["deep-ep"].sets) == {"blackwell", "hopper"}
+    assert all(p.cuda_arch.keys() == set(p.sets) for p in pins.values())
+
+
+def test_bad_source_pins_are_refused() -> None:
+    with pytest.raises(HaloError, match=r"\[source.x\]: key 'sets' must be a non-empty list"):
+        parse_source_pins('[source.x]\ndistribution = "x"\nversion = "1"\nrepository = "r"\n', "s")
+    with pytest.raises(HaloError, match="unknown key 'tag'"):
+        parse_source_pins('[source.x]\ntag = "v1"\n', "s")
+
+
+def test_source_hash_is_over_the_tree_not_the_archive(tmp_path: Path) -> None:
+    import tarfile
+    import zipfile
+
+    tree = tmp_path / "repo-abc"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "a.txt").write_text("a")
+    (tree / "sub" / "b.txt").write_text("b")
+    with tarfile.open(tmp_path / "x.tar.gz", "w:gz") as tf:
+        tf.add(tree, arcname="repo-abc")
+    with zipfile.ZipFile(tmp_path / "x.zip", "w") as zf:
+        for f in ("a.txt", "sub/b.txt"):
+            zf.write(tree / f, f"other-prefix/{f}")
+    want = source_hash(tree)
+    assert source_hash(tmp_path / "x.tar.gz") == want == source_hash(tmp_path / "x.zip")
+    assert source_hash(tree, "sub") != want
+    (tree / "a.txt").write_text("changed")
+    assert source_hash(tree) != want
+    (tmp_path / "broken.tar.gz").write_bytes((tmp_path / "x.tar.gz").read_bytes()[:40])
+    with pytest.raises(HaloError, match=r"broken\.tar\.gz"):
+        source_hash(tmp_path / "broken.tar.gz")

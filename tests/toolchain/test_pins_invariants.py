@@ -1,0 +1,256 @@
+"""Every invariant: a set of pins that violates it (exactly that line) and one that passes."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+import pytest
+
+from halo.pins.invariants import Pins, Policy, check
+from halo.pins.lockfile import Artifact, Lock, Package
+from halo.pins.source_pins import SourcePin, Submodule
+
+SHA = "a" * 64
+COMMIT = "b" * 40
+
+
+def pkg(name: str, version: str, sha: str = SHA, artifacts: bool = True) -> Package:
+    arts = (Artifact(f"{name.replace('-', '_')}-{version}-py3-none-any.whl", sha, 10),)
+    return Package(name=name, version=version, artifacts=arts if artifacts else ())
+
+
+def lock(name: str, *packages: Package, allow: tuple[str, ...] = ()) -> Lock:
+    return Lock(
+        set=name,
+        python="3.12",
+        platform="x86_64-manylinux_2_39",
+        inputs_sha256=SHA,
+        packages=packages,
+        extra={"allow-prerelease": list(allow)},
+    )
+
+
+def source(name: str, dist: str, sets: tuple[str, ...], **kw: object) -> SourcePin:
+    base = dict(
+        name=name,
+        distribution=dist,
+        version="1.0",
+        repository="https://example.invalid/x",
+        commit=COMMIT,
+        content_sha256=SHA,
+        sets=sets,
+    )
+    return SourcePin(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def good() -> Pins:
+    gpu = (pkg("torch", "2.11.0"), pkg("nvidia-nccl-cu13", "2.28.9"))
+    return Pins(
+        locks={
+            "blackwell": lock(
+                "blackwell",
+                *gpu,
+                pkg("numpy", "1.26.4"),
+                pkg("flash-attn-4", "4.0.0b36"),
+                pkg("nvidia-cutlass-dsl-libs-cu13", "4.8.1"),
+                allow=("flash-attn-4",),
+            ),
+            "hopper": lock("hopper", *gpu, pkg("numpy", "1.26.4")),
+            "vllm": lock("vllm", *gpu, pkg("numpy", "2.3.5")),
+            "sglang": lock(
+                "sglang", *gpu, pkg("flash-attn-4", "4.0.0b19"), allow=("flash-attn-4",)
+            ),
+            "cpu": lock("cpu", pkg("torch", "2.13.0+cpu"), pkg("numpy", "1.26.4")),
+        },
+        sources=(
+            source("deep-ep", "deep_ep", ("blackwell", "hopper")),
+            source("flash-attn-3", "flash_attn_3", ("hopper",)),
+            source(
+                "flash-attn",
+                "flash_attn",
+                ("blackwell", "hopper"),
+                submodules=(Submodule("csrc/cutlass", "https://example.invalid/c", COMMIT, SHA),),
+            ),
+        ),
+    )
+
+
+def add(set_name: str, *packages: Package, allow: tuple[str, ...] = ()) -> Callable[[Pins], Pins]:
+    def mutate(pins: Pins) -> Pins:
+        old = pins.locks[set_name]
+        keep = tuple(p for p in old.packages if p.name not in {n.name for n in packages})
+        extra = {"allow-prerelease": [*old.extra["allow-prerelease"], *allow]}  # type: ignore[misc]
+        new = dataclasses.replace(old, packages=keep + packages, extra=extra)
+        return dataclasses.replace(pins, locks={**pins.locks, set_name: new})
+
+    return mutate
+
+
+def drop(set_name: str, name: str) -> Callable[[Pins], Pins]:
+    def mutate(pins: Pins) -> Pins:
+        old = pins.locks[set_name]
+        new = dataclasses.replace(old, packages=tuple(p for p in old.packages if p.name != name))
+        return dataclasses.replace(pins, locks={**pins.locks, set_name: new})
+
+    return mutate
+
+
+def map_sources(fn: Callable[[SourcePin], SourcePin | None]) -> Callable[[Pins], Pins]:
+    def mutate(pins: Pins) -> Pins:
+        kept = tuple(s for s in (fn(s) for s in pins.sources) if s is not None)
+        return dataclasses.replace(pins, sources=kept)
+
+    return mutate
+
+
+def test_the_good_pins_pass() -> None:
+    assert check(good()) == []
+
+
+CASES = {
+    "cu12-library": (
+        add("blackwell", pkg("nvidia-cutlass-dsl-libs-cu12", "4.8.1")),
+        ["blackwell: nvidia-cutlass-dsl-libs-cu12: cuda13-only"],
+    ),
+    "cu12-local-version": (
+        add("hopper", pkg("torch", "2.11.0+cu128")),
+        ["hopper: torch: cuda13-only", "blackwell: torch: one-torch", "hopper: torch: one-torch"],
+    ),
+    "numpy-2-in-training": (
+        add("hopper", pkg("numpy", "2.0.0")),
+        ["hopper: numpy: numpy-below-2"],
+    ),
+    "numpy-2-in-cpu-trainer": (
+        add("cpu", pkg("numpy", "2.3.5")),
+        ["cpu: numpy: numpy-below-2"],
+    ),
+    "fa4-in-hopper": (
+        add("hopper", pkg("flash-attn-4", "4.0.0b36"), allow=("flash-attn-4",)),
+        ["hopper: flash-attn-4: only-in"],
+    ),
+    "fa4-in-vllm": (
+        add("vllm", pkg("flash-attn-4", "4.0.0b36"), allow=("flash-attn-4",)),
+        ["vllm: flash-attn-4: only-in"],
+    ),
+    "fa3-source-built-for-blackwell": (
+        map_sources(
+            lambda s: (
+                dataclasses.replace(s, sets=("blackwell", "hopper"))
+                if s.name == "flash-attn-3"
+                else s
+            )
+        ),
+        ["blackwell: flash-attn-3: only-in"],
+    ),
+    "fa4-missing-in-blackwell": (
+        drop("blackwell", "flash-attn-4"),
+        ["blackwell: flash-attn-4: required-in"],
+    ),
+    "deepep-missing-in-hopper": (
+        map_sources(
+            lambda s: dataclasses.replace(s, sets=("blackwell",)) if s.name == "deep-ep" else s
+        ),
+        ["hopper: deep-ep: required-in"],
+    ),
+    "fa3-missing-in-hopper": (
+        map_sources(lambda s: None if s.name == "flash-attn-3" else s),
+        ["hopper: flash-attn-3: required-in"],
+    ),
+    "two-torches": (
+        add("hopper", pkg("torch", "2.10.0")),
+        ["blackwell: torch: one-torch", "hopper: torch: one-torch"],
+    ),
+    "two-nccls": (
+        add("blackwell", pkg("nvidia-nccl-cu13", "2.27.7")),
+        ["blackwell: nvidia-nccl-cu13: one-nccl", "hopper: nvidia-nccl-cu13: one-nccl"],
+    ),
+    "sglang-nccl-differs": (
+        add("sglang", pkg("nvidia-nccl-cu13", "2.29.1")),
+        ["sglang: nvidia-nccl-cu13: nccl-matches-training"],
+    ),
+    "sglang-nccl-missing": (
+        drop("sglang", "nvidia-nccl-cu13"),
+        ["sglang: nvidia-nccl-cu13: nccl-matches-training"],
+    ),
+    "bad-hash": (
+        add("vllm", pkg("pyyaml", "6.0.3", sha="abc")),
+        ["vllm: pyyaml: hash-pinned"],
+    ),
+    "no-artifact": (
+        add("cpu", pkg("pyyaml", "6.0.3", artifacts=False)),
+        ["cpu: pyyaml: hash-pinned"],
+    ),
+    "unallowed-prerelease": (
+        add("vllm", pkg("transformers", "5.0.0rc1")),
+        ["vllm: transformers: no-prerelease"],
+    ),
+    "source-without-commit": (
+        map_sources(
+            lambda s: dataclasses.replace(s, commit="v1.2.1") if s.name == "deep-ep" else s
+        ),
+        ["blackwell,hopper: deep-ep: source-pinned"],
+    ),
+    "source-without-hash": (
+        map_sources(
+            lambda s: dataclasses.replace(s, content_sha256="") if s.name == "flash-attn-3" else s
+        ),
+        ["hopper: flash-attn-3: source-pinned"],
+    ),
+    "submodule-without-hash": (
+        map_sources(
+            lambda s: (
+                dataclasses.replace(
+                    s,
+                    submodules=(
+                        Submodule("csrc/cutlass", "https://example.invalid/c", COMMIT, ""),
+                    ),
+                )
+                if s.name == "flash-attn"
+                else s
+            )
+        ),
+        ["blackwell,hopper: flash-attn/csrc/cutlass: source-pinned"],
+    ),
+    "impostor-deep-ep-from-index": (
+        add("blackwell", pkg("deep-ep", "1.0.0")),
+        ["blackwell: deep-ep: source-not-from-index"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_violation_is_reported_as_one_line(case: str) -> None:
+    mutate, expected = CASES[case]
+    lines = [str(v) for v in check(mutate(good()))]
+    # "SET: PACKAGE: RULE (hint)": the prefix identifies the violation, the hint says what to do.
+    assert sorted(line.split(" (", 1)[0] for line in lines) == sorted(expected)
+    assert all(line.endswith(")") and "\n" not in line for line in lines)
+
+
+def test_exemption_is_narrow() -> None:
+    """sglang may hold FA4 only because the policy names that pair; vllm may not."""
+    strict = Policy(exempt={})
+    lines = [str(v) for v in check(good(), strict)]
+    assert [line.split(" (")[0] for line in lines] == ["sglang: flash-attn-4: only-in"]
+
+
+def test_allowed_prerelease_is_per_set() -> None:
+    pins = add("hopper", pkg("flash-attn-4", "4.0.0b36"))(good())
+    rules = {str(v).split(" (")[0] for v in check(pins)}
+    assert "hopper: flash-attn-4: no-prerelease" in rules
+
+
+def test_check_is_fast_on_large_locks() -> None:
+    many = tuple(pkg(f"pkg{i}", "1.0") for i in range(300))
+    pins = good()
+    pins = dataclasses.replace(
+        pins,
+        locks={
+            n: dataclasses.replace(lk, packages=lk.packages + many) for n, lk in pins.locks.items()
+        },
+    )
+    start = time.perf_counter()
+    assert check(pins) == []
+    assert time.perf_counter() - start < 0.5
