@@ -40,6 +40,15 @@ def grpo_rows(rng: random.Random, n: int) -> list[dict]:
     return rows
 
 
+def dpo_rows(rng: random.Random, n: int) -> list[dict]:
+    rows = []
+    for _ in range(n):
+        a, b = rng.randint(0, 9), rng.randint(0, 9)
+        wrong = rng.choice([x for x in range(19) if x != a + b])
+        rows.append({"prompt": f"What is {a} + {b}?", "chosen": f"{a + b}", "rejected": f"{wrong}"})
+    return rows
+
+
 def write(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
@@ -47,3 +56,4 @@ def write(path: Path, rows: list[dict]) -> None:
 if __name__ == "__main__":
     write(HERE / "sft" / "train.jsonl", sft_rows(random.Random(0), 64))
     write(HERE / "grpo" / "train.jsonl", grpo_rows(random.Random(1), 32))
+    write(HERE / "dpo" / "train.jsonl", dpo_rows(random.Random(2), 32))

@@ -44,6 +44,9 @@ class Method:
     prepare: Callable[[nn.Module, nn.Module | None, list[Batch]], list[Any]] | None = None
     needs_reference: bool = False
     updates_per_batch: int = 1
+    # What the summed loss is divided by (over all processes): trained-on tokens by default;
+    # a method with a per-example loss (DPO) counts examples instead.
+    count: Callable[[Batch], float] = lambda b: float(b["weights"].sum())
     notes: list[str] = field(default_factory=list)
 
 
@@ -282,7 +285,7 @@ def train(
         batches = [
             _to(method.collate(mb), ctx.device) for mb in micro_batches(mine, t.micro_batch_size)
         ]
-        local = torch.tensor([sum(float(b["weights"].sum()) for b in batches)], device=ctx.device)
+        local = torch.tensor([sum(method.count(b) for b in batches)], device=ctx.device)
         count = ctx.sum(local).item()
         if count <= 0:
             raise HaloError(f"step {step + 1}: the global batch has no trained-on tokens")

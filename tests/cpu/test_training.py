@@ -203,3 +203,16 @@ def test_launch_list_shows_nested_methods() -> None:
     assert r.returncode == 0
     for name in ("sft", "offline-grpo", "preference/dpo"):
         assert name in r.stdout
+
+
+def test_dpo_learns_the_preferences(tmp_path: Path) -> None:
+    launch(tmp_path, method="preference/dpo", config=EXAMPLES / "dpo" / "config.yaml")
+    rows = [
+        json.loads(x)
+        for x in (tmp_path / "logs" / "tiny-dpo" / "metrics.jsonl").read_text().splitlines()
+    ]
+    per_epoch = 4  # 32 pairs, 8 per step
+    first, last = rows[:per_epoch], rows[-per_epoch:]
+    assert rows[0]["loss"] == pytest.approx(0.693147, abs=1e-5)  # policy == reference: log 2
+    assert sum(r["loss"] for r in last) < sum(r["loss"] for r in first) - 0.2
+    assert sum(r["reward_acc"] for r in last) / per_epoch > 0.7
