@@ -67,7 +67,8 @@ def _lock(args: argparse.Namespace) -> int:
             )
             return 1
         return 0
-    write_locks(pins_dir, args.sets, UvResolver())
+    for name, changed in write_locks(pins_dir, args.sets, UvResolver()).items():
+        print(f"pins/{name}.lock: {'written' if changed else 'unchanged'}")
     return 0
 
 

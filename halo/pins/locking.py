@@ -58,18 +58,22 @@ def resolve_all(pins_dir: Path, names: list[str], resolver: Resolver) -> dict[st
     return {s.name: t for s, t in zip(selected, texts, strict=True)}
 
 
-def write_locks(pins_dir: Path, names: list[str], resolver: Resolver) -> list[Path]:
-    """Resolve every named set first, then write: a failure leaves every lock untouched."""
+def write_locks(pins_dir: Path, names: list[str], resolver: Resolver) -> dict[str, bool]:
+    """Resolve every named set first, then write: a failure leaves every lock untouched.
+
+    Returns {set: whether its lock changed}.
+    """
     from halo.atomic import write_text
 
     texts = resolve_all(pins_dir, names, resolver)
-    written = []
+    changed = {}
     for name, text in texts.items():
         path = lock_path(pins_dir, name)
-        if not path.is_file() or path.read_text() != text:
+        changed[name] = not path.is_file() or path.read_text() != text
+        if changed[name]:
             write_text(path, text)
-        written.append(path)
-    return written
+            path.chmod(0o644)  # a committed file, readable like the rest of the checkout
+    return changed
 
 
 def check_locks(pins_dir: Path, names: list[str], resolver: Resolver) -> dict[str, str]:

@@ -62,7 +62,8 @@ def uv_args(
     args += ["--prerelease", "disallow"]
     for name in inputs.prerelease:
         args += ["--prerelease-package", f"{name}=allow"]
-    args += ["--default-index", indexes[0]]
+    if indexes:
+        args += ["--default-index", indexes[0]]
     for url in indexes[1:]:
         args += ["--index", url]
     for folder in substitutes:
@@ -91,6 +92,15 @@ def _uv_failure(inputs: SetInputs, stderr: str, substitutes: list[Path]) -> Halo
     )
 
 
+def _indexes(index_urls: Callable[[], list[str]]) -> list[str]:
+    """The configured indexes; [] means uv's own default (the same public index as pip's)."""
+    try:
+        return index_urls()
+    except ModuleNotFoundError:
+        # No index configured and no pip here to ask for its default (e.g. a uv-made venv).
+        return []
+
+
 @dataclass(frozen=True)
 class UvResolver:
     """Runs uv against the configured index (halo.sources); the only code here that does I/O."""
@@ -109,7 +119,7 @@ class UvResolver:
             if inputs.exclude:
                 excludes = Path(tmp) / "excludes.txt"
                 excludes.write_text("".join(f"{name}\n" for name in inputs.exclude))
-            base = uv_args(inputs, index_urls(), substitutes, excludes)
+            base = uv_args(inputs, _indexes(index_urls), substitutes, excludes)
             pylock = Path(tmp) / "pylock.toml"
             runs = (
                 [*base, "-o", str(pylock)],

@@ -164,3 +164,10 @@ def test_index_comes_from_configuration() -> None:
     assert index_urls({"HALO_INDEX_URL": "https://mirror.invalid/simple"}) == [
         "https://mirror.invalid/simple/"
     ]
+
+
+def test_without_a_configured_index_uv_keeps_its_default() -> None:
+    inputs = load_inputs(REPO / "pins").sets["hopper"]
+    args = uv_args(inputs, [], [], None)
+    assert "--default-index" not in args and "--find-links" not in args
+    assert "--excludes" not in args and "--prerelease-package" not in args
