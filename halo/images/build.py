@@ -113,7 +113,15 @@ def build_image(
         say(
             f"build {image.moving_ref}: staging context (verifying {len(lock.artifacts)} artifacts)"
         )
-        stage_context(ctx, repo, lock, store, kernel_wheels, build_inputs)
+        stage_context(
+            ctx,
+            repo,
+            lock,
+            store,
+            kernel_wheels,
+            build_inputs,
+            image_dir=(repo / image.dockerfile).parent,
+        )
         say(f"build {image.moving_ref}: docker build --network none ({image.dockerfile})")
         image_id = docker.build(
             context=ctx,

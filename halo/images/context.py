@@ -5,6 +5,7 @@ wheels/    the lock's artifacts, hard-linked from the store after re-verifying t
 kernels/   wheels of source derivations (may be empty) and their requirements.txt
 halo/      halo's own wheel and build-inputs.json
 patches/   the patch modules, applied strictly in the image
+image/     the files next to the image's Dockerfile (a server's entrypoint script)
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def stage_context(
     store: Store,
     kernel_wheels: Sequence[tuple[Path, str]],
     build_inputs: dict[str, object],
+    image_dir: Path | None = None,
 ) -> None:
     """Fill ``ctx`` (an empty directory). Raises before writing the Dockerfile if any artifact is off."""
     pip = lock.package(PIP_NAME)
@@ -70,3 +72,10 @@ def stage_context(
     shutil.copytree(
         repo / "patches", ctx / "patches", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
     )
+    # The Dockerfile itself is passed with -f; what sits next to it is what it may COPY.
+    own = ctx / "image"
+    own.mkdir()
+    if image_dir is not None:
+        for path in sorted(image_dir.iterdir()):
+            if path.is_file() and path.name != "Dockerfile":
+                shutil.copy2(path, own / path.name)

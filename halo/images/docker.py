@@ -54,8 +54,10 @@ class Builder:
     exe: str
     buildx: bool
 
-    def argv(self) -> list[str]:
-        return [self.exe, "buildx", "build", "--load"] if self.buildx else [self.exe, "build"]
+    def argv(self, load: bool = True) -> list[str]:
+        if self.buildx:
+            return [self.exe, "buildx", "build", *(["--load"] if load else [])]
+        return [self.exe, "build"]
 
 
 @dataclass(frozen=True)
@@ -123,11 +125,15 @@ class Docker:
         build_args: Mapping[str, str],
         labels: Mapping[str, str],
         network: str = "none",
+        output: Path | None = None,
     ) -> str:
-        """Run a BuildKit build (output streamed to the terminal) and return the image ID."""
+        """Run a BuildKit build (log streamed to the terminal); return the image ID.
+
+        With ``output``, the final stage's files are exported to that folder instead of an image.
+        """
         iidfile = context / ".iid"
         argv = build_argv(
-            self.builder, context, dockerfile, tags, build_args, labels, network, iidfile
+            self.builder, context, dockerfile, tags, build_args, labels, network, iidfile, output
         )
         env = {**os.environ, "DOCKER_BUILDKIT": "1"}
         proc = subprocess.run(argv, env=env, check=False)
@@ -135,7 +141,7 @@ class Docker:
             raise HaloError(
                 f"docker build ({dockerfile.name}): failed with exit {proc.returncode}; see the build log above"
             )
-        return iidfile.read_text().strip()
+        return "" if output else iidfile.read_text().strip()
 
     def run(self, argv: Sequence[str], capture: bool = False) -> subprocess.CompletedProcess[str]:
         return _run([self.exe, "run", *argv], check=False, capture=capture)
@@ -150,18 +156,11 @@ def build_argv(
     labels: Mapping[str, str],
     network: str,
     iidfile: Path,
+    output: Path | None = None,
 ) -> list[str]:
-    argv = [
-        *builder.argv(),
-        "--progress",
-        "plain",
-        "--network",
-        network,
-        "--iidfile",
-        str(iidfile),
-        "-f",
-        str(dockerfile),
-    ]
+    argv = [*builder.argv(load=output is None), "--progress", "plain", "--network", network]
+    argv += ["--output", f"type=local,dest={output}"] if output else ["--iidfile", str(iidfile)]
+    argv += ["-f", str(dockerfile)]
     for k, v in sorted(build_args.items()):
         argv += ["--build-arg", f"{k}={v}"]
     for k, v in sorted(labels.items()):

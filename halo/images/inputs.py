@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import tomllib
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,18 +25,13 @@ def base_identity(state: BaseState, recipe: str) -> str:
 def source_pins(repo: Path, names: tuple[str, ...]) -> dict[str, object]:
     if not names:
         return {}
-    path = repo / "pins" / "sources.toml"
-    if not path.is_file():
-        raise HaloError(f"{path}: source pins not found (needed for {', '.join(names)})")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise HaloError(f"{path}: not valid TOML ({exc})") from None
-    table = data.get("source", data)
-    missing = [n for n in names if n not in table]
+    from halo.pins.source_pins import load_source_pins
+
+    pins = {p.name: p for p in load_source_pins(repo / "pins")}
+    missing = [n for n in names if n not in pins]
     if missing:
-        raise HaloError(f"{path}: no source pin '{missing[0]}'")
-    return {n: table[n] for n in names}
+        raise HaloError(f"{repo / 'pins' / 'sources.toml'}: no source pin '{missing[0]}'")
+    return {n: dataclasses.asdict(pins[n]) for n in names}
 
 
 @dataclass(frozen=True)
