@@ -123,9 +123,13 @@ def launch(args: argparse.Namespace) -> int:
         return 0
     pf.failures(checks)
     print(f"halo launch: {shlex.join(plan.argv)}", file=sys.stderr, flush=True)
-    # Replace this process: SIGTERM from a scheduler then reaches the trainer (or torchrun).
-    os.execve(plan.argv[0], plan.argv, {**os.environ, **plan.env})
-    return 0  # not reached
+    env = {**os.environ, **plan.env}
+    if plan.launcher == "python":
+        # Replace this process: a scheduler's SIGTERM then reaches the trainer itself.
+        os.execve(plan.argv[0], plan.argv, env)
+    from halo.train import supervise
+
+    return supervise.run(plan.argv, env, cfg.job_dir)
 
 
 def preflight(args: argparse.Namespace) -> int:

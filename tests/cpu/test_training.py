@@ -124,6 +124,22 @@ def test_sigterm_finishes_the_batch_saves_and_resumes_exactly(
     assert losses(tmp_path)[-1] == losses(reference[0])[-1]
 
 
+def test_sigterm_under_torchrun_saves_and_exits_0(tmp_path: Path) -> None:
+    cmd = halo_cmd("launch", "sft", str(SFT), "--nproc", "2", "--", *outputs(tmp_path), *BASE)
+    proc = subprocess.Popen(
+        cmd, env=halo_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    seen: list[str] = []
+    _read_until(proc, f"step 3/{STEPS}", seen)
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, "".join(seen) + rest
+    assert "the workers saved an emergency checkpoint, exiting 0" in rest
+    found = checkpoint.latest(tmp_path / "ck" / "tiny-sft")
+    meta = json.loads((found.path / "meta.json").read_text())
+    assert meta["reason"] == "sigterm" and meta["world_size"] == 2 and 3 <= meta["step"] < STEPS
+
+
 def test_sigkill_mid_checkpoint_write_resumes_from_the_previous_one(
     reference: tuple[Path, str], tmp_path: Path
 ) -> None:
