@@ -14,8 +14,11 @@ IMAGES = ("cpu", "blackwell", "hopper", "vllm", "sglang")
 
 
 def _halo(session: nox.Session) -> None:
-    """Install the toolchain (editable: a no-op when nothing changed) and the dev tools."""
-    session.install("-e", ".", "--group", "dev", silent=True)
+    """Install the toolchain (editable: a no-op when nothing changed) and the dev tools.
+
+    pip comes along because fetch asks it for its default index when none is configured.
+    """
+    session.install("-e", ".", "--group", "dev", "pip", silent=True)
 
 
 @nox.session(python=PYTHON)

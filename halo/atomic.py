@@ -10,10 +10,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
-def write_bytes(path: Path, data: bytes) -> None:
+def _default_mode() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def write_bytes(path: Path, data: bytes, mode: int | None = None) -> None:
+    """Replace ``path`` with ``data`` in one rename; ``mode`` defaults to a new file's usual mode."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes 0600 files; a lock or build record should read like any other file.
+        os.fchmod(fd, _default_mode() if mode is None else mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -24,8 +33,8 @@ def write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
-def write_text(path: Path, text: str) -> None:
-    write_bytes(path, text.encode())
+def write_text(path: Path, text: str, mode: int | None = None) -> None:
+    write_bytes(path, text.encode(), mode)
 
 
 @contextlib.contextmanager

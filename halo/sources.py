@@ -14,14 +14,20 @@ import configparser
 import os
 from pathlib import Path
 
+from halo.errors import HaloError
+
 INDEX_VARS = ("HALO_INDEX_URL", "PIP_INDEX_URL", "UV_DEFAULT_INDEX", "UV_INDEX_URL")
 FIND_LINKS_VARS = ("PIP_FIND_LINKS", "UV_FIND_LINKS")
 
 
 def _pip_default_index() -> str:
     # The default that pip itself ships with; asking pip keeps its location out of this repo.
-    from pip._internal.models.index import PyPI
-
+    try:
+        from pip._internal.models.index import PyPI
+    except ImportError:
+        raise HaloError(
+            "no package index configured and pip is not installed: set HALO_INDEX_URL"
+        ) from None
     return PyPI.simple_url
 
 
