@@ -22,6 +22,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=_build)
 
+    p = isub.add_parser("plan", help="print what a build would do, without Docker")
+    p.add_argument("names", nargs="*", metavar="NAME")
+    p.add_argument("--all", action="store_true", help="every image in the catalog")
+    p.set_defaults(func=_plan)
+
     p = isub.add_parser(
         "base", help="make (or find) the base of an image: the fetch phase of its OS layer"
     )
@@ -70,6 +75,23 @@ def _build(args: argparse.Namespace) -> int:
             )
         built.append(result)
     print(report(built, Docker.discover()))
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from halo.images.catalog import load_catalog
+    from halo.images.plan import local_docker, render_plan
+    from halo.paths import find_repo, store_root
+    from halo.store.store import Store
+
+    repo = find_repo()
+    catalog = load_catalog(repo)
+    docker = local_docker()
+    plans = [
+        render_plan(repo, catalog, image, Store(store_root()), docker)
+        for image in _selected(catalog, args.names, args.all)
+    ]
+    print("\n\n".join(plans))
     return 0
 
 

@@ -211,3 +211,11 @@ def test_the_build_command_is_offline(tmp_path: Path) -> None:
             tmp_path / "iid",
         )
         assert argv[argv.index("--network") + 1] == "none"
+
+
+def test_plan_predicts_the_built_input_hash(cpu_built: str, docker: Docker) -> None:
+    proc = halo("image", "plan", "cpu", cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("input hash: "))
+    planned = line.split()[2]
+    assert docker.inspect("halo:cpu", '{{index .Config.Labels "io.halo.input-hash"}}') == planned

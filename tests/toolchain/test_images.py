@@ -178,3 +178,22 @@ def test_halo_wheel_is_a_pure_function_of_the_source(repo_copy: Path, tmp_path: 
     )
     c = build_wheel(repo_copy, tmp_path / "c")
     assert hashlib.sha256(c.read_bytes()).digest() != hashlib.sha256(a.read_bytes()).digest()
+
+
+@pytest.mark.parametrize("name", ["blackwell", "hopper", "vllm", "sglang"])
+def test_plan_for_each_gpu_image(name: str, repo_copy: Path, isolated_env: dict[str, str]) -> None:
+    first = halo("image", "plan", name, cwd=repo_copy, env=isolated_env)
+    assert first.returncode == 0, first.stderr
+    out = first.stdout
+    for section in (
+        "input hash: ",
+        "stages:",
+        "artifacts: ",
+        "estimated uncompressed size by layer:",
+        "build command",
+    ):
+        assert section in out, section
+    assert "--network none" in out
+    assert "torch " in out or "torch  " in out
+    again = halo("image", "plan", name, cwd=repo_copy, env=isolated_env)
+    assert again.stdout == out, "a plan is a pure function of the checkout"

@@ -1,0 +1,201 @@
+"""`halo image plan`: what a build would do, computed without Docker.
+
+Everything here comes from the same functions the build uses (input hash, lock, derivation
+hashes, the build argv), so the plan cannot drift from the build.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from halo.errors import HaloError
+from halo.images.base import base_ref, base_state, recipe_hash
+from halo.images.build import resolve_inputs
+from halo.images.catalog import Catalog, Image
+from halo.images.docker import Builder, Docker, build_argv
+from halo.images.inputs import base_identity
+from halo.pins.lockfile import Artifact, Lock, load_lock
+from halo.report import human_bytes, table
+from halo.store.store import Store
+
+# Wheels are zips: CUDA libraries and torch unpack to about twice their download size. Used
+# only for artifacts not in the store yet; stored ones are measured from their zip directory.
+UNPACK_FACTOR = 2.0
+BASE_ESTIMATE = {"mmdebstrap": 110 << 20, "dockerfile": 330 << 20, "registry": 330 << 20}
+
+
+@dataclass(frozen=True)
+class ArtifactPlan:
+    package: str
+    version: str
+    artifact: Artifact
+    in_store: bool
+    installed_bytes: int
+    exact: bool
+
+
+def installed_size(store: Store, art: Artifact) -> tuple[int, bool]:
+    path = store.path(art.sha256)
+    if path.is_file() and art.is_wheel:
+        with zipfile.ZipFile(path) as zf:
+            return sum(i.file_size for i in zf.infolist()), True
+    return int((art.size or 0) * UNPACK_FACTOR), False
+
+
+def artifact_plans(lock: Lock, store: Store) -> list[ArtifactPlan]:
+    out = []
+    for pkg in lock.packages:
+        for art in pkg.artifacts:
+            size, exact = installed_size(store, art)
+            out.append(ArtifactPlan(pkg.name, pkg.version, art, store.has(art.sha256), size, exact))
+    return sorted(out, key=lambda a: -a.installed_bytes)
+
+
+def derivation_rows(
+    repo: Path, catalog: Catalog, image: Image, store: Store, lock: Lock, docker: Docker | None
+) -> list[tuple[str, ...]]:
+    from halo.images.derivations import Derivation, cached, derivation_hash, requirements_from
+    from halo.pins.source_pins import load_source_pins
+
+    if not image.sources:
+        return []
+    pins = {p.name: p for p in load_source_pins(repo / "pins")}
+    builder = catalog.bases[image.builder or image.base]
+    ref = base_ref(builder, repo)
+    rows = []
+    for name in image.sources:
+        pin = pins[name]
+        arch = pin.cuda_arch.get(image.pins) or ";".join(image.cuda_arch)
+        drv = Derivation(
+            name=name,
+            source=Path(),
+            content_sha256=pin.content_sha256,
+            subdirectory=pin.subdirectory,
+            builder_ref=ref,
+            builder_id=base_identity(base_state(builder, repo, docker), recipe_hash(builder, repo)),
+            python=builder.python,
+            requirements=requirements_from(lock.packages),
+            env=tuple(sorted({**pin.env, "TORCH_CUDA_ARCH_LIST": arch}.items())),
+        )
+        h = derivation_hash(drv, repo)
+        hit = cached(store, h)
+        rows.append(
+            (name, f"{pin.commit[:12]}", arch, h[:12], f"cached ({hit[0]})" if hit else "to build")
+        )
+    return rows
+
+
+def local_docker() -> Docker | None:
+    """The engine, when one answers: made bases then enter the plan by their real digests."""
+    try:
+        docker = Docker.discover()
+        docker.ping()
+    except HaloError:
+        return None
+    return docker
+
+
+def render_plan(
+    repo: Path, catalog: Catalog, image: Image, store: Store, docker: Docker | None
+) -> str:
+    inputs = resolve_inputs(repo, catalog, image, docker)
+    lock = load_lock(repo / "pins" / f"{image.pins}.lock")
+    base = catalog.bases[image.base]
+    arts = artifact_plans(lock, store)
+    lines = [f"plan {image.name}: {image.moving_ref} + {image.immutable_ref(inputs.hash)}"]
+    pending = str(inputs.parts["base"]).startswith("pending:")
+    lines.append(
+        f"input hash: {inputs.hash}"
+        + (
+            "  (provisional: base not made here; its digest replaces the recipe hash once made)"
+            if pending
+            else ""
+        )
+    )
+    lines.append(
+        table(("input", "value"), [(k, _short(v)) for k, v in sorted(inputs.parts.items())])
+    )
+
+    lines.append("\nstages:")
+    stage_rows = []
+    if image.builder or image.sources:
+        b = catalog.bases[image.builder or image.base]
+        stage_rows.append(
+            ("builder", b.name, base_ref(b, repo), f"{b.recipe} from {b.from_ref or b.suite}")
+        )
+    stage_rows.append(
+        (
+            "runtime",
+            base.name,
+            base_ref(base, repo),
+            f"{base.recipe} from {base.from_ref or base.suite}",
+        )
+    )
+    lines.append(table(("stage", "base", "ref", "recipe"), stage_rows))
+
+    drv_rows = derivation_rows(repo, catalog, image, store, lock, docker)
+    if drv_rows:
+        lines.append("\nsource derivations (built in the builder stage, --network none):")
+        lines.append(table(("source", "commit", "cuda arch", "derivation", "wheel"), drv_rows))
+
+    have = sum(a.in_store for a in arts)
+    lines.append(
+        f"\nartifacts: {len(arts)} from pins/{image.pins}.lock, {have} in the store ({store.root})"
+    )
+    lines.append(
+        table(
+            ("package", "version", "download", "installed", "in store"),
+            [
+                (
+                    a.package,
+                    a.version,
+                    human_bytes(a.artifact.size or 0),
+                    human_bytes(a.installed_bytes) + ("" if a.exact else " est."),
+                    "yes" if a.in_store else "no",
+                )
+                for a in arts
+            ],
+        )
+    )
+
+    stack = sum(a.installed_bytes for a in arts)
+    base_bytes = BASE_ESTIMATE[base.recipe]
+    halo_bytes = sum(p.stat().st_size for p in (repo / "halo").rglob("*.py"))
+    kernels = 0 if not drv_rows else 600 << 20
+    layers = [
+        ("base", base.name, base_bytes),
+        ("1 locked stack", f"{len(arts)} wheels", stack),
+        ("2 kernels", f"{len(drv_rows)} derivations", kernels),
+        ("3 halo + patches + build record", "halo wheel", halo_bytes),
+    ]
+    total = sum(b for *_, b in layers)
+    lines.append("\nestimated uncompressed size by layer:")
+    lines.append(
+        table(
+            ("layer", "what", "size"),
+            [(n, w, human_bytes(b)) for n, w, b in layers] + [("total", "", human_bytes(total))],
+        )
+    )
+    biggest = ", ".join(f"{a.package} {human_bytes(a.installed_bytes)}" for a in arts[:5])
+    lines.append(f"dominated by: {biggest}")
+
+    argv = build_argv(
+        Builder("docker", buildx=False),
+        Path("<context>"),
+        repo.joinpath(image.dockerfile).relative_to(repo),
+        [image.immutable_ref(inputs.hash), image.moving_ref],
+        {"BASE": base_ref(base, repo), "PYTHON": base.python},
+        {"io.halo.input-hash": inputs.hash},
+        "none",
+        Path("<context>/.iid"),
+    )
+    lines.append("\nbuild command (after fetch; BuildKit, offline):")
+    lines.append("  DOCKER_BUILDKIT=1 " + " ".join(argv))
+    return "\n".join(lines)
+
+
+def _short(value: object) -> str:
+    text = str(value)
+    return text if len(text) <= 100 else text[:97] + "..."
