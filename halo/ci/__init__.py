@@ -1,0 +1,1 @@
+"""CI: ci/matrix.yaml (which nox sessions run where) rendered into the GitHub workflow."""
