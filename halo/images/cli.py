@@ -27,6 +27,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--all", action="store_true", help="every image in the catalog")
     p.set_defaults(func=_plan)
 
+    p = isub.add_parser("push", help="publish the moving and the immutable tag to a registry")
+    p.add_argument("names", nargs="*", metavar="NAME")
+    p.add_argument("--all", action="store_true", help="every image in the catalog")
+    p.add_argument("--registry", help="HOST[/ALIAS] to publish under (default: $HALO_REGISTRY)")
+    p.set_defaults(func=_push)
+
     p = isub.add_parser(
         "base", help="make (or find) the base of an image: the fetch phase of its OS layer"
     )
@@ -92,6 +98,26 @@ def _plan(args: argparse.Namespace) -> int:
         for image in _selected(catalog, args.names, args.all)
     ]
     print("\n\n".join(plans))
+    return 0
+
+
+def _push(args: argparse.Namespace) -> int:
+    from halo.images.catalog import load_catalog
+    from halo.images.docker import Docker
+    from halo.images.publish import push_image, registry_from
+    from halo.paths import find_repo
+    from halo.report import table
+
+    catalog = load_catalog(find_repo())
+    images = _selected(catalog, args.names, args.all)
+    registry = registry_from(args.registry)
+    docker = Docker.discover()
+    rows = []
+    for image in images:
+        p = push_image(image, registry, docker)
+        state = "already there" if p.immutable_was_there else "pushed"
+        rows.append((p.immutable, state, p.moving, p.config_digest[:19]))
+    print(table(("immutable tag", "", "moving tag", "image"), rows))
     return 0
 
 

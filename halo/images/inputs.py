@@ -65,6 +65,8 @@ def image_inputs(
         "sources": source_pins(repo, image.sources),
         "patches_sha256": sha256_tree(repo / "patches"),
         "dockerfile_sha256": sha256_file(repo / image.dockerfile),
+        # What the Dockerfile may COPY from its own folder (a server's entrypoint script).
+        "image_dir_sha256": sha256_tree((repo / image.dockerfile).parent),
         "halo_sha256": sha256_tree(repo / "halo"),
         "pyproject_sha256": sha256_file(repo / "pyproject.toml"),
         "halo_version": __version__,
