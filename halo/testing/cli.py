@@ -51,17 +51,25 @@ def _test(args: argparse.Namespace) -> int:
 
 
 def _example(args: argparse.Namespace) -> int:
+    """Train a shipped example in the image; outputs go to scratch, the checkout stays read-only."""
     from halo.testing.container import SCRATCH, RunSpec, run_spec
 
-    config = f"examples/{args.method.replace('/', '-')}/config.yaml"
-    if args.method == "offline-grpo":
-        config = "examples/grpo/config.yaml"
+    folder = {"sft": "sft", "offline-grpo": "grpo"}.get(args.method)
+    if folder is None:
+        from halo.errors import HaloError
+
+        raise HaloError(
+            f"halo example: no shipped example for method '{args.method}' (have: sft, offline-grpo)"
+        )
+    out = f"{SCRATCH}/example-{folder}"
     argv = [
         "halo",
         "launch",
         args.method,
-        config,
+        f"examples/{folder}/config.yaml",
         "--",
-        f"--runtime.output_dir={SCRATCH}/example-{args.method.replace('/', '-')}",
+        f"--runtime.paths.checkpoints={out}/checkpoints",
+        f"--runtime.paths.logs={out}/logs",
+        "--checkpoint.resume=false",
     ]
     return run_spec(RunSpec(image=_image_ref(args.image), argv=argv))
