@@ -4,6 +4,8 @@
 ARG FROM
 FROM ${FROM}
 ARG PYTHON=python3.12
+# Unpinned apt versions (DL3008): this runs once, in the fetch phase, and the made base
+# enters every image's input hash by its image ID, so what it installed is pinned by content.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends "${PYTHON}" "${PYTHON}-venv" ca-certificates \
