@@ -12,11 +12,15 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
-from support import REPO
+from support import COPY_IGNORE, REPO, halo
+
+from halo.images.docker import Docker
 
 IMAGES = REPO / "images"
 DOCKERFILES = sorted({*IMAGES.rglob("Dockerfile"), *IMAGES.rglob("*.Dockerfile")})
@@ -439,3 +443,115 @@ def test_compose_env_reaches_the_entrypoint_settings(server: str) -> None:
     for key in env:
         if key.startswith(("HALO_", "VLLM_REASONING")):
             assert f"${{{key}" in script or f"${key}" in script, f"serve.sh ignores {key}"
+
+
+# --- a real build of the server Dockerfile ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Docker, str]]:
+    """images/vllm/Dockerfile built for real, offline, on the cpu lock and the Debian base.
+
+    vLLM's own lock needs CUDA wheels of many GB; the cpu lock exercises the same contract
+    (wheels/, kernels/, halo/, patches/, image/) in about a minute.
+    """
+    try:
+        docker = Docker.discover()
+        docker.ping()
+    except Exception as exc:
+        pytest.skip(f"needs a running Docker engine: {exc}")
+    repo = tmp_path_factory.mktemp("server") / "repo"
+    shutil.copytree(REPO, repo, ignore=COPY_IGNORE)
+    catalog = repo / "images" / "images.yaml"
+    text = catalog.read_text()
+    entry = text[text.index("  vllm:\n") :].split("\n\n")[0].split("\n  sglang:")[0]
+    test_entry = (
+        entry.replace("repository: vllm-server", "repository: halo-test-vllm")
+        .replace("pins: vllm", "pins: cpu")
+        .replace("base: cuda13-runtime", "base: debian12-python")
+    )
+    test_entry = "\n".join(li for li in test_entry.splitlines() if "cuda_arch" not in li)
+    catalog.write_text(text.replace(entry, test_entry))
+    proc = halo("image", "build", "vllm", cwd=repo)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ref = "halo-test-vllm:0.26.0"
+    yield docker, ref
+    out = subprocess.run(
+        [docker.exe, "images", "--format", "{{.Repository}}:{{.Tag}}", "halo-test-vllm"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    for tag in out.stdout.split():
+        docker.remove(tag)
+
+
+def _in_image(docker: Docker, ref: str, *args: str, flags: tuple[str, ...] = ()) -> str:
+    proc = subprocess.run(
+        [docker.exe, "run", "--rm", "--network=none", *flags, ref, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+@pytest.mark.docker
+def test_server_image_entrypoint_prints_the_command(server_image: tuple[Docker, str]) -> None:
+    docker, ref = server_image
+    out = _in_image(docker, ref, "--print-command", flags=("--env=HALO_MODEL=/models/m",))
+    assert out.startswith("env VLLM_LOGGING_LEVEL=INFO vllm serve /models/m --host 0.0.0.0 ")
+    assert docker.inspect(ref, "{{json .Config.Entrypoint}}") == (
+        '["/bin/sh","/usr/local/bin/halo-serve"]'
+    )
+
+
+@pytest.mark.docker
+def test_server_image_is_stamped_and_ships_no_bytecode(server_image: tuple[Docker, str]) -> None:
+    docker, ref = server_image
+    script = (
+        "import json, pathlib; b = json.load(open('/etc/halo/build.json'));"
+        "assert b['image'] == 'vllm', b; assert b['patches'], b;"
+        "caches = [str(p) for p in pathlib.Path('/opt').rglob('__pycache__')];"
+        "assert not caches, caches; print(b['input_hash'])"
+    )
+    input_hash = _in_image(docker, ref, "-c", script, flags=("--entrypoint=python",)).strip()
+    assert input_hash == docker.inspect(ref, '{{index .Config.Labels "io.halo.input-hash"}}')
+
+
+@pytest.mark.docker
+def test_server_image_healthcheck_turns_healthy(server_image: tuple[Docker, str]) -> None:
+    """The image's own HEALTHCHECK, run by the engine against a stand-in /health on HALO_PORT."""
+    docker, ref = server_image
+    stand_in = (
+        "import http.server as h\n"
+        "class H(h.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        self.send_response(200 if self.path == '/health' else 404); self.end_headers()\n"
+        "h.HTTPServer(('127.0.0.1', 8000), H).serve_forever()\n"
+    )
+    run = subprocess.run(
+        [docker.exe, "run", "-d", "--network=none", "--health-interval=1s",
+         "--health-start-period=0s", "--entrypoint=python", ref, "-c", stand_in],
+        capture_output=True,
+        text=True,
+        check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    container = run.stdout.strip()
+    try:
+        status = ""
+        for _ in range(60):
+            status = subprocess.run(
+                [docker.exe, "container", "inspect", "-f", "{{.State.Health.Status}}", container],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout.strip()
+            if status in {"healthy", "unhealthy"}:
+                break
+            time.sleep(0.5)
+        assert status == "healthy"
+    finally:
+        subprocess.run([docker.exe, "rm", "-f", container], capture_output=True, check=False)
