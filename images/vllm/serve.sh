@@ -58,6 +58,10 @@ case "$level" in
     critical | error | warning | info | debug | trace) ;;
     *) die "HALO_LOG_LEVEL must be one of critical, error, warning, info, debug, trace; got '$level'" ;;
 esac
+# vLLM reads VLLM_USE_V2_MODEL_RUNNER with int(): empty would crash it, so empty means unset.
+if [ -z "${VLLM_USE_V2_MODEL_RUNNER:-}" ]; then
+    unset VLLM_USE_V2_MODEL_RUNNER
+fi
 # vLLM's own logger wants the upper-case name; uvicorn's takes the lower-case one.
 if [ -z "${VLLM_LOGGING_LEVEL:-}" ]; then
     VLLM_LOGGING_LEVEL=$(printf '%s' "$level" | sed 's/trace/debug/' | tr '[:lower:]' '[:upper:]')

@@ -270,6 +270,14 @@ def test_vllm_maps_every_setting() -> None:
     }
 
 
+def test_vllm_empty_v2_runner_setting_means_unset() -> None:
+    """vLLM parses it with int(); compose may hand over an empty value."""
+    env, _ = _argv("vllm", {"HALO_MODEL": "m", "VLLM_USE_V2_MODEL_RUNNER": ""})
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in env
+    env, _ = _argv("vllm", {"HALO_MODEL": "m", "VLLM_USE_V2_MODEL_RUNNER": "0"})
+    assert env["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+
+
 def test_sglang_maps_every_setting() -> None:
     env, argv = _argv(
         "sglang",
@@ -411,6 +419,9 @@ def test_compose_starts_the_server_with_gpus_and_no_fabric(server: str, port: st
     assert env["HALO_MODEL"].startswith("${HALO_MODEL:?")
     for key in ("HALO_TP_SIZE", "HALO_DP_SIZE", "HALO_PP_SIZE", "HALO_LOG_LEVEL"):
         assert key in env
+    if server == "vllm":
+        # A bare key: passed through when set, else unset (vLLM's default), never empty.
+        assert "VLLM_USE_V2_MODEL_RUNNER" in env and env["VLLM_USE_V2_MODEL_RUNNER"] is None
     assert "devices" not in svc and "cap_add" not in svc
     assert not any(k.startswith("FI_") for k in env)
 
