@@ -54,12 +54,15 @@ def plan(
     if launcher == "python":
         argv = [python, *entry]
     elif launcher == "torchrun":
-        # torchrun through this interpreter, so it works in any venv and inside images.
+        # torchrun through this interpreter, so it works in any venv and inside images. One
+        # node: rendezvous on loopback, since a container without a network (docker run
+        # --network none) cannot resolve its own hostname.
         argv = [
             python,
             "-m",
             "torch.distributed.run",
             "--standalone",
+            "--local-addr=127.0.0.1",
             f"--nproc-per-node={nproc}",
             *entry,
         ]

@@ -196,7 +196,7 @@ def test_dry_run_prints_the_command_and_writes_nothing(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr
     assert (
-        "-m torch.distributed.run --standalone --nproc-per-node=2 -m halo.train.run --method sft"
+        "-m torch.distributed.run --standalone --local-addr=127.0.0.1 --nproc-per-node=2 -m halo.train.run"
         in r.stdout
     )
     assert f"checkpoints: {tmp_path / 'ck' / 'tiny-sft'}" in r.stdout

@@ -162,11 +162,12 @@ def test_launcher_commands(tmp_path: Path) -> None:
         "--lr=1",
     ]
     two = launcher.plan(spec, cfg, cfg_path, 2, [], "/py", accelerate_installed=False)
-    assert two.argv[:5] == [
+    assert two.argv[:6] == [
         "/py",
         "-m",
         "torch.distributed.run",
         "--standalone",
+        "--local-addr=127.0.0.1",
         "--nproc-per-node=2",
     ]
     cfg.runtime.launcher = "accelerate"
