@@ -105,7 +105,8 @@ def _tier(tier: str, image: str) -> None:
     @nox.session(name=f"test-{tier}", python=PYTHON)
     def run_tier(session: nox.Session) -> None:
         _halo(session)
-        session.run("halo", "test", tier, "--image", image, *session.posargs)
+        where = [] if {"--native", "--image"} & set(session.posargs) else ["--image", image]
+        session.run("halo", "test", tier, *where, *session.posargs)
 
     run_tier.__doc__ = f"The {tier} tier inside {image} (add -- --native to run on this host)."
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from halo.errors import HaloError
-from halo.images.catalog import _Fields as Fields
+from halo.yamlfields import Fields
 
 WHEN = ("always", "main", "manual")
 CREDENTIALS = ("none", "aws-oidc")

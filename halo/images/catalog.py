@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from halo.errors import HaloError
+from halo.yamlfields import Fields
 
 DIGEST_REF = re.compile(r"^[\w./:-]+@sha256:[0-9a-f]{64}$")
 BASE_RECIPES = ("mmdebstrap", "dockerfile", "registry")
@@ -76,37 +76,8 @@ class Catalog:
         return self.images[name]
 
 
-class _Fields:
-    """Reads one mapping, remembering where it came from, so each error names file and key."""
-
-    def __init__(self, data: object, where: str, allowed: set[str]) -> None:
-        if not isinstance(data, dict):
-            raise HaloError(f"{where}: expected a mapping, got {type(data).__name__}")
-        unknown = sorted(set(data) - allowed)
-        if unknown:
-            raise HaloError(
-                f"{where}: unknown key '{unknown[0]}' (allowed: {', '.join(sorted(allowed))})"
-            )
-        self.data: dict[str, Any] = data
-        self.where = where
-
-    def str(self, key: str, default: str | None = None) -> str:
-        value = self.data.get(key, default)
-        if value is None:
-            raise HaloError(f"{self.where}.{key}: required")
-        if not isinstance(value, str) or not value:
-            raise HaloError(f"{self.where}.{key}: expected a non-empty string, got {value!r}")
-        return value
-
-    def strs(self, key: str) -> tuple[str, ...]:
-        value = self.data.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise HaloError(f"{self.where}.{key}: expected a list of strings, got {value!r}")
-        return tuple(value)
-
-
 def _base(name: str, raw: object, where: str) -> Base:
-    f = _Fields(
+    f = Fields(
         raw, where, {"recipe", "python", "suite", "variant", "packages", "from", "dockerfile"}
     )
     recipe = f.str("recipe")
@@ -144,7 +115,7 @@ def _image(name: str, raw: object, where: str, bases: dict[str, Base]) -> Image:
         "tiers",
         "publish",
     }
-    f = _Fields(raw, where, allowed)
+    f = Fields(raw, where, allowed)
     image = Image(
         name=name,
         repository=f.str("repository"),
@@ -175,7 +146,7 @@ def parse_catalog(text: str, path: Path) -> Catalog:
         line = f" line {mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise HaloError(f"{path}:{line}: malformed YAML: {problem}") from None
-    top = _Fields(data, str(path), {"bases", "images"})
+    top = Fields(data, str(path), {"bases", "images"})
     raw_bases = top.data.get("bases") or {}
     raw_images = top.data.get("images")
     if not isinstance(raw_bases, dict):

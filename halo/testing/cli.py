@@ -13,9 +13,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--image", help="catalog image to run in (default: cpu for cpu, else blackwell)"
     )
     where.add_argument("--native", action="store_true", help="run on this host's Python instead")
-    p.add_argument(
-        "pytest_args", nargs="*", metavar="-- PYTEST_ARG", help="after --: passed to pytest"
-    )
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="after --: passed to pytest")
     p.set_defaults(func=_test)
 
     p = sub.add_parser("example", help="the main job: train the tiny SFT example inside an image")
@@ -41,7 +39,18 @@ def _test(args: argparse.Namespace) -> int:
     from halo.testing.tiers import run_tier, tier
 
     t = tier(args.tier)
-    extra = list(args.pytest_args)
+    # REMAINDER takes options given after the tier too, and argparse may already have eaten the
+    # `--`: our own options are picked out, everything else goes to pytest.
+    rest = list(args.rest)
+    cut = rest.index("--") if "--" in rest else len(rest)
+    late = argparse.ArgumentParser(prog=f"halo test {args.tier}")
+    late.add_argument("--image", default=args.image)
+    late.add_argument("--native", action="store_true", default=args.native)
+    opts, unknown = late.parse_known_args(rest[:cut])
+    if opts.native and opts.image:
+        late.error("--native and --image exclude each other")
+    args.image, args.native = opts.image, opts.native
+    extra = [*unknown, *rest[cut + 1 :]]
     image = (
         None
         if args.native

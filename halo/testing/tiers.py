@@ -24,6 +24,7 @@ class Tier:
     marker: str
     path: str
     gpus: bool = False
+    parallel: bool = False  # pytest-xdist workers; GPU and server tiers share one device, so no
     server_env: str = ""
     server_default: str = ""
     compose: str = ""
@@ -32,7 +33,7 @@ class Tier:
 TIERS = {
     t.name: t
     for t in (
-        Tier("cpu", "cpu", "tests/cpu"),
+        Tier("cpu", "cpu", "tests/cpu", parallel=True),
         Tier("gpu-core", "gpu_core", "tests/gpu_core", gpus=True),
         Tier("gpu-full", "gpu_full", "tests/gpu_full", gpus=True),
         Tier(
@@ -84,17 +85,9 @@ def check_server(t: Tier) -> None:
 
 
 def pytest_argv(t: Tier, junit: str, extra: list[str]) -> list[str]:
-    return [
-        "-m",
-        "pytest",
-        t.path,
-        "-m",
-        t.marker,
-        "-p",
-        "no:cacheprovider",
-        f"--junitxml={junit}",
-        *extra,
-    ]
+    workers = ["-n", str(min(4, os.cpu_count() or 1))] if t.parallel else []
+    argv = ["-m", "pytest", t.path, "-m", t.marker, "-p", "no:cacheprovider", f"--junitxml={junit}"]
+    return [*argv, *workers, *extra]
 
 
 @dataclass(frozen=True)
