@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -88,13 +89,23 @@ def test_two_processes_match_one(reference: tuple[Path, str], tmp_path: Path, mo
     assert_same_weights(final_weights(tmp_path), final_weights(reference[0]), atol=1e-4)
 
 
-def _read_until(proc: subprocess.Popen[str], needle: str, seen: list[str]) -> None:
+def _read_until(
+    proc: subprocess.Popen[str], needle: str, seen: list[str], timeout: float = 240
+) -> None:
+    """Read the trainer's output up to ``needle``; a trainer that stalls fails the test, not CI."""
     assert proc.stdout is not None
-    for line in proc.stdout:
-        seen.append(line)
-        if needle in line:
-            return
-    raise AssertionError(f"trainer exited before {needle!r}:\n{''.join(seen)}")
+    watchdog = threading.Timer(timeout, proc.kill)
+    watchdog.start()
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if needle in line:
+                return
+    finally:
+        watchdog.cancel()
+    raise AssertionError(
+        f"trainer exited (or stalled {timeout:.0f}s) before {needle!r}:\n{''.join(seen)}"
+    )
 
 
 def test_sigterm_finishes_the_batch_saves_and_resumes_exactly(
