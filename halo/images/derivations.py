@@ -21,9 +21,9 @@ from pathlib import Path
 from halo.atomic import staged_dir, write_text
 from halo.errors import HaloError
 from halo.hashing import sha256_file, sha256_json
-from halo.images.catalog import Catalog, Image
+from halo.images.catalog import Base, Catalog, Image
 from halo.images.docker import Docker
-from halo.pins.lockfile import Artifact
+from halo.pins.lockfile import Artifact, Lock
 from halo.pins.source_pins import SourcePin
 from halo.report import Progress, say
 from halo.store.store import Store
@@ -267,6 +267,30 @@ def _unpack_verified(
         shutil.copytree(root, dest, symlinks=True, dirs_exist_ok=True)
 
 
+def derivation_for(
+    pin: SourcePin,
+    image: Image,
+    builder: Base,
+    builder_ref: str,
+    builder_id: str,
+    lock: Lock,
+    source: Path,
+) -> Derivation:
+    """The derivation of one source pin for one image: what both the build and the plan hash."""
+    arch = pin.cuda_arch.get(image.pins) or ";".join(image.cuda_arch)
+    return Derivation(
+        name=pin.name,
+        source=source,
+        content_sha256=pin.content_sha256,
+        subdirectory=pin.subdirectory,
+        builder_ref=builder_ref,
+        builder_id=builder_id,
+        python=builder.python,
+        requirements=requirements_from(lock.packages),
+        env=tuple(sorted({**pin.env, "TORCH_CUDA_ARCH_LIST": arch}.items())),
+    )
+
+
 def build_sources(
     repo: Path, catalog: Catalog, image: Image, store: Store, docker: Docker
 ) -> list[tuple[Path, str]]:
@@ -285,18 +309,14 @@ def build_sources(
     work = cache_home() / "work"
     out = []
     for name in image.sources:
-        pin = pins[name]
-        arch = pin.cuda_arch.get(image.pins) or ";".join(image.cuda_arch)
-        drv = Derivation(
-            name=name,
-            source=source_tree(pin, store, work),
-            content_sha256=pin.content_sha256,
-            subdirectory=pin.subdirectory,
-            builder_ref=state.ref,
-            builder_id=state.image_id,
-            python=builder.python,
-            requirements=requirements_from(lock.packages),
-            env=tuple(sorted({**pin.env, "TORCH_CUDA_ARCH_LIST": arch}.items())),
+        drv = derivation_for(
+            pins[name],
+            image,
+            builder,
+            state.ref,
+            state.image_id,
+            lock,
+            source_tree(pins[name], store, work),
         )
         realised = realise(drv, repo, store, docker, work)
         out.append((realised.wheel, realised.sha256))

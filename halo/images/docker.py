@@ -103,6 +103,11 @@ class Docker:
     def layers(self, ref: str) -> list[str]:
         return self.inspect(ref, "{{range .RootFS.Layers}}{{println .}}{{end}}").split()
 
+    def refs(self, repository: str) -> list[str]:
+        """Local tags of a repository (a pattern such as ``halo-base/*`` works too), sorted."""
+        fmt = "{{.Repository}}:{{.Tag}}"
+        return sorted(_run([self.exe, "images", "--format", fmt, repository]).stdout.split())
+
     def tag(self, src: str, dst: str) -> None:
         _run([self.exe, "tag", src, dst])
 

@@ -56,7 +56,7 @@ def artifact_plans(lock: Lock, store: Store) -> list[ArtifactPlan]:
 def derivation_rows(
     repo: Path, catalog: Catalog, image: Image, store: Store, lock: Lock, docker: Docker | None
 ) -> list[tuple[str, ...]]:
-    from halo.images.derivations import Derivation, cached, derivation_hash, requirements_from
+    from halo.images.derivations import cached, derivation_for, derivation_hash
     from halo.pins.source_pins import load_source_pins
 
     if not image.sources:
@@ -64,25 +64,21 @@ def derivation_rows(
     pins = {p.name: p for p in load_source_pins(repo / "pins")}
     builder = catalog.bases[image.builder or image.base]
     ref = base_ref(builder, repo)
+    builder_id = base_identity(base_state(builder, repo, docker), recipe_hash(builder, repo))
     rows = []
     for name in image.sources:
         pin = pins[name]
-        arch = pin.cuda_arch.get(image.pins) or ";".join(image.cuda_arch)
-        drv = Derivation(
-            name=name,
-            source=Path(),
-            content_sha256=pin.content_sha256,
-            subdirectory=pin.subdirectory,
-            builder_ref=ref,
-            builder_id=base_identity(base_state(builder, repo, docker), recipe_hash(builder, repo)),
-            python=builder.python,
-            requirements=requirements_from(lock.packages),
-            env=tuple(sorted({**pin.env, "TORCH_CUDA_ARCH_LIST": arch}.items())),
-        )
+        drv = derivation_for(pin, image, builder, ref, builder_id, lock, source=Path())
         h = derivation_hash(drv, repo)
         hit = cached(store, h)
         rows.append(
-            (name, f"{pin.commit[:12]}", arch, h[:12], f"cached ({hit[0]})" if hit else "to build")
+            (
+                name,
+                pin.commit[:12],
+                dict(drv.env)["TORCH_CUDA_ARCH_LIST"],
+                h[:12],
+                f"cached ({hit[0]})" if hit else "to build",
+            )
         )
     return rows
 

@@ -20,8 +20,6 @@ import json
 import sys
 from pathlib import Path
 
-from halo.errors import HaloError
-
 VERIFY_IN_IMAGE = ["halo", "patches", "verify", "--json", "--patches", "/workspace/patches"]
 
 
@@ -55,9 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     target.add_argument(
         "--site", type=Path, help="site-packages to check (default: this interpreter's)"
     )
-    target.add_argument(
-        "--image", help="check inside this image (NAME or NAME:TAG; bare NAME means halo:NAME)"
-    )
+    target.add_argument("--image", help="check inside this image (a catalog NAME, or NAME:TAG)")
     verify.set_defaults(func=_verify)
 
 
@@ -143,12 +139,8 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _verify_image(args: argparse.Namespace) -> int:
-    try:
-        from halo.testing.container import run_in_image
-    except ImportError as exc:
-        raise HaloError(
-            f"--image {args.image}: running inside an image needs halo.testing.container ({exc})"
-        ) from exc
-    ref = args.image if ":" in args.image else f"halo:{args.image}"
+    from halo.testing.container import built_image_ref, run_in_image
+
+    ref = built_image_ref(args.image)
     argv = VERIFY_IN_IMAGE if args.json else [a for a in VERIFY_IN_IMAGE if a != "--json"]
     return int(run_in_image(ref, argv))

@@ -22,20 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_example)
 
 
-def _image_ref(name: str) -> str:
-    from halo.errors import HaloError
-    from halo.images.catalog import load_catalog
-    from halo.images.docker import Docker
-    from halo.paths import find_repo
-
-    image = load_catalog(find_repo()).image(name)
-    if Docker.discover().image_id(image.moving_ref) is None:
-        raise HaloError(f"{image.moving_ref}: image not built here; run `nox -s build-{name}`")
-    return image.moving_ref
-
-
 def _test(args: argparse.Namespace) -> int:
     from halo.paths import scratch_root
+    from halo.testing.container import built_image_ref
     from halo.testing.tiers import run_tier, tier
 
     t = tier(args.tier)
@@ -54,14 +43,14 @@ def _test(args: argparse.Namespace) -> int:
     image = (
         None
         if args.native
-        else _image_ref(args.image or ("cpu" if t.name == "cpu" else "blackwell"))
+        else built_image_ref(args.image or ("cpu" if t.name == "cpu" else "blackwell"))
     )
     return run_tier(t, image, scratch_root(), extra)
 
 
 def _example(args: argparse.Namespace) -> int:
     """Train a shipped example in the image; outputs go to scratch, the checkout stays read-only."""
-    from halo.testing.container import SCRATCH, RunSpec, run_spec
+    from halo.testing.container import SCRATCH, RunSpec, built_image_ref, run_spec
 
     folder = {"sft": "sft", "offline-grpo": "grpo"}.get(args.method)
     if folder is None:
@@ -81,4 +70,4 @@ def _example(args: argparse.Namespace) -> int:
         f"--runtime.paths.logs={out}/logs",
         "--checkpoint.resume=false",
     ]
-    return run_spec(RunSpec(image=_image_ref(args.image), argv=argv))
+    return run_spec(RunSpec(image=built_image_ref(args.image), argv=argv))

@@ -53,6 +53,18 @@ def docker_run_args(spec: RunSpec, repo: Path, scratch: Path) -> list[str]:
     return [*args, spec.image, *spec.argv]
 
 
+def built_image_ref(name: str) -> str:
+    """A catalog image's moving tag (``NAME:TAG`` passes through), refusing one not built here."""
+    from halo.errors import HaloError
+    from halo.images.catalog import load_catalog
+
+    ref = name if ":" in name else load_catalog(find_repo()).image(name).moving_ref
+    if Docker.discover().image_id(ref) is None:
+        hint = f"nox -s build-{name}" if ":" not in name else "halo image build <name>"
+        raise HaloError(f"{ref}: image not built here; run `{hint}`")
+    return ref
+
+
 def run_spec(spec: RunSpec) -> int:
     repo = find_repo()
     scratch = scratch_root()

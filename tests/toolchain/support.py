@@ -95,3 +95,32 @@ class LocalIndex:
                 self.wfile.write(body)
 
         return Handler
+
+
+def docker_or_skip():  # type: ignore[no-untyped-def]
+    """The Docker engine, or a skip that says why there is none (never a pass)."""
+    import pytest
+
+    from halo.images.docker import Docker
+
+    try:
+        docker = Docker.discover()
+        docker.ping()
+    except Exception as exc:
+        pytest.skip(f"needs a running Docker engine: {exc}")
+    return docker
+
+
+def linked_store(dest: Path, artifacts):  # type: ignore[no-untyped-def]
+    """A store at ``dest`` holding ``artifacts`` as hard links into the real store.
+
+    Cheap, and a test that then breaks an entry replaces the link, never the real bytes.
+    """
+    from halo.paths import store_root
+    from halo.store.store import Store
+
+    real, copy = Store(store_root()), Store(dest)
+    for art in artifacts:
+        copy.path(art.sha256).parent.mkdir(parents=True, exist_ok=True)
+        os.link(real.path(art.sha256), copy.path(art.sha256))
+    return copy

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import REPO, halo
+from support import REPO, docker_or_skip, halo, linked_store
 
 from halo.images.docker import Docker
 from halo.paths import store_root
@@ -18,18 +17,9 @@ from halo.store.store import Store
 pytestmark = pytest.mark.docker
 
 
-def _engine() -> Docker:
-    try:
-        docker = Docker.discover()
-        docker.ping()
-    except Exception as exc:
-        pytest.skip(f"needs a running Docker engine: {exc}")
-    return docker
-
-
 @pytest.fixture(scope="module")
 def docker() -> Docker:
-    return _engine()
+    return docker_or_skip()
 
 
 @pytest.fixture(scope="module")
@@ -46,29 +36,13 @@ def test_repo(repo_copy: Path, docker: Docker) -> Iterator[Path]:
     catalog = repo_copy / "images" / "images.yaml"
     catalog.write_text(catalog.read_text().replace("repository: halo\n", "repository: halo-test\n"))
     yield repo_copy
-    out = subprocess.run(
-        [docker.exe, "images", "--format", "{{.Repository}}:{{.Tag}}", "halo-test"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    for ref in out.stdout.split():
+    for ref in docker.refs("halo-test"):
         docker.remove(ref)
 
 
 def _touch_halo(repo: Path, text: str) -> None:
     init = repo / "halo" / "__init__.py"
     init.write_text(init.read_text() + f"# {text}\n")
-
-
-def _tags(docker: Docker, repository: str) -> list[str]:
-    out = subprocess.run(
-        [docker.exe, "images", "--format", "{{.Repository}}:{{.Tag}}", repository],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return sorted(out.stdout.split())
 
 
 def test_second_build_is_a_no_op(cpu_built: str) -> None:
@@ -101,10 +75,7 @@ def test_a_flipped_byte_in_the_store_refuses_the_build_and_tags_nothing(
 ) -> None:
     lock = load_lock(test_repo / "pins" / "cpu.lock")
     victim = lock.package("execnet").artifacts[0]  # type: ignore[union-attr]
-    real, copy = Store(store_root()), Store(tmp_path / "store")
-    for art in lock.artifacts:  # hard links: cheap, and the real store is never written
-        copy.path(art.sha256).parent.mkdir(parents=True, exist_ok=True)
-        os.link(real.path(art.sha256), copy.path(art.sha256))
+    real, copy = Store(store_root()), linked_store(tmp_path / "store", lock.artifacts)
     tampered = copy.path(victim.sha256)
     data = bytearray(real.path(victim.sha256).read_bytes())
     data[len(data) // 2] ^= 0x01
@@ -112,14 +83,14 @@ def test_a_flipped_byte_in_the_store_refuses_the_build_and_tags_nothing(
     tampered.write_bytes(bytes(data))
 
     _touch_halo(test_repo, "tamper test")  # a new input hash: a real build, not a no-op
-    images_before = _tags(docker, "halo-test")
+    images_before = docker.refs("halo-test")
     proc = halo("image", "build", "cpu", cwd=test_repo, env={"HALO_STORE": str(copy.root)})
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(
         f"halo: error: {victim.file}: store entry corrupted: expected sha256 {victim.sha256}, got "
     )
-    assert _tags(docker, "halo-test") == images_before == []
+    assert docker.refs("halo-test") == images_before == []
     assert real.verify(victim.sha256, victim.file)  # the real store still holds the right bytes
 
 
@@ -172,11 +143,7 @@ def test_an_artifact_missing_from_the_store_fails_the_build_naming_it(
 ) -> None:
     lock = load_lock(test_repo / "pins" / "cpu.lock")
     missing = lock.package("iniconfig").artifacts[0]  # type: ignore[union-attr]
-    real, copy = Store(store_root()), Store(tmp_path / "store")
-    for art in lock.artifacts:
-        if art != missing:
-            copy.path(art.sha256).parent.mkdir(parents=True, exist_ok=True)
-            os.link(real.path(art.sha256), copy.path(art.sha256))
+    copy = linked_store(tmp_path / "store", [a for a in lock.artifacts if a != missing])
     _touch_halo(test_repo, "missing artifact test")
     # No index and no substitutes: the build has nowhere to get it, and must say which it lacks.
     env = {
@@ -193,7 +160,7 @@ def test_an_artifact_missing_from_the_store_fails_the_build_naming_it(
         last
     )
     assert "iniconfig" in last
-    assert _tags(docker, "halo-test") == []
+    assert docker.refs("halo-test") == []
 
 
 def test_the_build_command_is_offline(tmp_path: Path) -> None:

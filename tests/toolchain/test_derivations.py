@@ -9,7 +9,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from support import REPO
+from support import REPO, docker_or_skip, halo, linked_store
 
 from halo.hashing import sha256_tree
 from halo.images.base import make_base
@@ -21,10 +21,7 @@ from halo.images.derivations import (
     realise,
     requirements_from,
 )
-from halo.images.docker import Docker
-from halo.paths import store_root
 from halo.pins.lockfile import load_lock
-from halo.store.store import Store
 
 DEMO = REPO / "tests" / "toolchain" / "data" / "demo-ext"
 GIB = 1 << 30
@@ -64,21 +61,15 @@ def test_derivation_hash_covers_source_builder_env_and_deps_but_not_parallelism(
 
 @pytest.mark.docker
 def test_demo_extension_compiles_once_then_is_reused(tmp_path: Path) -> None:
-    docker = Docker.discover()
-    try:
-        docker.ping()
-    except Exception as exc:
-        pytest.skip(f"needs a running Docker engine: {exc}")
+    docker = docker_or_skip()
     catalog = load_catalog(REPO)
     builder = make_base(catalog.bases["debian12-build"], REPO, docker, tmp_path / "work")
     assert builder.image_id
     drv = _demo(builder.ref, builder.image_id)
-    real, store = Store(store_root()), Store(tmp_path / "store")
-    for _, _, art in drv.requirements:  # the wheels the builder installs, from the real store
-        if not real.has(art.sha256):
-            pytest.fail(f"{art.file} not in the store: run `halo fetch cpu` first")
-        store.path(art.sha256).parent.mkdir(parents=True, exist_ok=True)
-        os.link(real.path(art.sha256), store.path(art.sha256))
+    # The wheels the builder installs, linked from the real store.
+    fetched = halo("fetch", "cpu", cwd=REPO)
+    assert fetched.returncode == 0, fetched.stderr
+    store = linked_store(tmp_path / "store", [art for _, _, art in drv.requirements])
 
     first = realise(drv, REPO, store, docker, tmp_path / "work")
     second = realise(drv, REPO, store, docker, tmp_path / "work")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import COPY_IGNORE, REPO, halo
+from support import COPY_IGNORE, REPO, docker_or_skip, halo
 
 from halo.images.docker import Docker
 
@@ -466,11 +466,7 @@ def server_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Doc
     vLLM's own lock needs CUDA wheels of many GB; the cpu lock exercises the same contract
     (wheels/, kernels/, halo/, patches/, image/) in about a minute.
     """
-    try:
-        docker = Docker.discover()
-        docker.ping()
-    except Exception as exc:
-        pytest.skip(f"needs a running Docker engine: {exc}")
+    docker = docker_or_skip()
     repo = tmp_path_factory.mktemp("server") / "repo"
     shutil.copytree(REPO, repo, ignore=COPY_IGNORE)
     catalog = repo / "images" / "images.yaml"
@@ -487,13 +483,7 @@ def server_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Doc
     assert proc.returncode == 0, proc.stderr[-3000:]
     ref = "halo-test-vllm:0.26.0"
     yield docker, ref
-    out = subprocess.run(
-        [docker.exe, "images", "--format", "{{.Repository}}:{{.Tag}}", "halo-test-vllm"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    for tag in out.stdout.split():
+    for tag in docker.refs("halo-test-vllm"):
         docker.remove(tag)
 
 

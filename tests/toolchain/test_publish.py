@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import uuid
 
 import pytest
-from support import REPO, halo
+from support import REPO, docker_or_skip, halo
 
 from halo.images.docker import Docker
 
@@ -32,11 +31,7 @@ def registry() -> str:
 
 @pytest.fixture(scope="module")
 def docker() -> Docker:
-    docker = Docker.discover()
-    try:
-        docker.ping()
-    except Exception as exc:
-        pytest.skip(f"needs a running Docker engine: {exc}")
+    docker = docker_or_skip()
     built = halo("image", "build", "cpu", cwd=REPO)
     assert built.returncode == 0, built.stderr[-2000:]
     return docker
@@ -58,7 +53,9 @@ def test_push_publishes_both_tags_at_one_digest_and_is_idempotent(
 def test_an_immutable_tag_is_never_moved(registry: str, docker: Docker) -> None:
     input_hash = docker.inspect("halo:cpu", '{{index .Config.Labels "io.halo.input-hash"}}')
     squatter = f"{registry}-squat/halo:cpu-{input_hash[:12]}"
-    other = next(r for r in _base_tags(docker) if docker.image_id(r) != docker.image_id("halo:cpu"))
+    other = next(
+        r for r in docker.refs("halo-base/*") if docker.image_id(r) != docker.image_id("halo:cpu")
+    )
     docker.tag(other, squatter)
     docker.push(squatter)
     proc = halo("image", "push", "cpu", "--registry", f"{registry}-squat", cwd=REPO)
@@ -80,14 +77,3 @@ def test_push_without_a_registry_is_one_line() -> None:
         proc.stderr.strip()
         == "halo: error: halo image push: no registry; pass --registry HOST[/ALIAS] or set HALO_REGISTRY"
     )
-
-
-def _base_tags(docker: Docker) -> list[str]:
-    """Made bases: images that exist here and are certainly not halo:cpu."""
-    out = subprocess.run(
-        [docker.exe, "images", "--format", "{{.Repository}}:{{.Tag}}", "halo-base/*"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return out.stdout.split()
