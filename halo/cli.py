@@ -27,7 +27,10 @@ COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="halo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="halo",
+        description="Halo: train with `halo launch`; lock, fetch, build, test and publish the images.",
+    )
     parser.add_argument("--version", action="version", version=f"halo {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
