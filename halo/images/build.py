@@ -130,6 +130,7 @@ def build_image(
             build_args={"BASE": base.ref, "PYTHON": catalog.bases[image.base].python},
             labels=labels(repo, image, inputs),
             network="none",
+            no_cache=force,  # a forced rebuild starts from scratch, or it would only replay the cache
         )
     return Built(image, inputs, image_id, rebuilt=True, seconds=time.monotonic() - start)
 

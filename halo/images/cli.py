@@ -18,7 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--all", action="store_true", help="every image in the catalog, in dependency order"
     )
     p.add_argument(
-        "--force", action="store_true", help="rebuild even if the input hash is already tagged"
+        "--force",
+        action="store_true",
+        help="rebuild from scratch (no layer cache) even if the input hash is already tagged",
     )
     p.set_defaults(func=_build)
 
@@ -26,6 +28,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("names", nargs="*", metavar="NAME")
     p.add_argument("--all", action="store_true", help="every image in the catalog")
     p.set_defaults(func=_plan)
+
+    p = isub.add_parser(
+        "diff", help="compare what two images ship, file by file (exit 1 if they differ)"
+    )
+    p.add_argument("left", metavar="REF")
+    p.add_argument("right", metavar="REF")
+    p.set_defaults(func=_diff)
 
     p = isub.add_parser("push", help="publish the moving and the immutable tag to a registry")
     p.add_argument("names", nargs="*", metavar="NAME")
@@ -99,6 +108,17 @@ def _plan(args: argparse.Namespace) -> int:
     ]
     print("\n\n".join(plans))
     return 0
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from halo.images.docker import Docker
+    from halo.images.manifest import content_manifest, diff_manifests
+
+    docker = Docker.discover()
+    left, right = content_manifest(docker, args.left), content_manifest(docker, args.right)
+    changes = diff_manifests(left, right)
+    print("\n".join(changes) if changes else f"same content: {len(left)} files")
+    return 1 if changes else 0
 
 
 def _push(args: argparse.Namespace) -> int:

@@ -132,6 +132,7 @@ class Docker:
         labels: Mapping[str, str],
         network: str = "none",
         output: Path | None = None,
+        no_cache: bool = False,
     ) -> str:
         """Run a BuildKit build (log streamed to the terminal); return the image ID.
 
@@ -141,6 +142,8 @@ class Docker:
         argv = build_argv(
             self.builder, context, dockerfile, tags, build_args, labels, network, iidfile, output
         )
+        if no_cache:
+            argv.insert(len(self.builder.argv(load=output is None)), "--no-cache")
         env = {**os.environ, "DOCKER_BUILDKIT": "1"}
         proc = subprocess.run(argv, env=env, check=False)
         if proc.returncode != 0:

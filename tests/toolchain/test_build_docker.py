@@ -186,3 +186,18 @@ def test_plan_predicts_the_built_input_hash(cpu_built: str, docker: Docker) -> N
     line = next(x for x in proc.stdout.splitlines() if x.startswith("input hash: "))
     planned = line.split()[2]
     assert docker.inspect("halo:cpu", '{{index .Config.Labels "io.halo.input-hash"}}') == planned
+
+
+def test_two_builds_of_one_input_hash_ship_the_same_bytes(
+    cpu_built: str, test_repo: Path, docker: Docker
+) -> None:
+    """Same inputs, same outputs: two builds from scratch, compared file by file."""
+    first = halo("image", "build", "cpu", "--force", cwd=test_repo)
+    assert first.returncode == 0, first.stderr[-2000:]
+    docker.tag("halo-test:cpu", "halo-test:first")
+    second = halo("image", "build", "cpu", "--force", cwd=test_repo)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert " CACHED" not in second.stderr, "--force rebuilds without the layer cache"
+    diff = halo("image", "diff", "halo-test:first", "halo-test:cpu", cwd=test_repo)
+    assert diff.returncode == 0, diff.stdout[-3000:]
+    assert diff.stdout.startswith("same content: ")

@@ -197,3 +197,16 @@ def test_plan_for_each_gpu_image(name: str, repo_copy: Path, isolated_env: dict[
     assert "torch " in out or "torch  " in out
     again = halo("image", "plan", name, cwd=repo_copy, env=isolated_env)
     assert again.stdout == out, "a plan is a pure function of the checkout"
+
+
+def test_manifest_diff_names_added_removed_and_changed_files() -> None:
+    from halo.images.manifest import diff_manifests
+
+    left = {"/opt/venv/a": "1", "/opt/venv/b": "2", "/etc/halo/build.json": "3"}
+    right = {"/opt/venv/a": "1", "/opt/venv/b": "9", "/opt/venv/c": "4"}
+    assert diff_manifests(left, right) == [
+        "- /etc/halo/build.json",
+        "~ /opt/venv/b",
+        "+ /opt/venv/c",
+    ]
+    assert diff_manifests(left, dict(left)) == []
