@@ -74,9 +74,6 @@ class Store:
         with src.open("rb") as fh:
             return self.add_stream(sha256, iter(lambda: fh.read(CHUNK), b""), label, on_bytes)
 
-    def remove(self, sha256: str) -> None:
-        self.path(sha256).unlink(missing_ok=True)
-
     def link_into(self, sha256: str, dest: Path) -> None:
         """Place a store entry at ``dest`` without copying when the filesystem allows it."""
         src = self.path(sha256)
