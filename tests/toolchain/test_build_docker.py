@@ -197,7 +197,8 @@ def test_two_builds_of_one_input_hash_ship_the_same_bytes(
     docker.tag("halo-test:cpu", "halo-test:first")
     second = halo("image", "build", "cpu", "--force", cwd=test_repo)
     assert second.returncode == 0, second.stderr[-2000:]
-    assert " CACHED" not in second.stderr, "--force rebuilds without the layer cache"
+    # --force rebuilds without the layer cache: pip really installs the stack a second time.
+    assert "Successfully installed" in second.stderr and "torch-2.13.0+cpu" in second.stderr
     diff = halo("image", "diff", "halo-test:first", "halo-test:cpu", cwd=test_repo)
     assert diff.returncode == 0, diff.stdout[-3000:]
     assert diff.stdout.startswith("same content: ")
