@@ -16,7 +16,7 @@ import shutil
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -86,18 +86,9 @@ def build_model(cfg: Config, tok: Tokenizer) -> tuple[Decoder, ModelConfig]:
     if m.init_from is not None:
         mcfg = ModelConfig.load(m.init_from / "config.json")
     else:
-        mcfg = ModelConfig(
-            vocab_size=tok.vocab_size,
-            hidden_size=m.hidden_size,
-            num_layers=m.num_layers,
-            num_heads=m.num_heads,
-            num_kv_heads=m.num_kv_heads,
-            intermediate_size=m.intermediate_size,
-            max_seq_len=m.max_seq_len,
-            rope_theta=m.rope_theta,
-            rms_norm_eps=m.rms_norm_eps,
-            tie_embeddings=m.tie_embeddings,
-        )
+        # The config's model section holds every architecture field; the tokenizer sets the vocab.
+        arch = {f.name: getattr(m, f.name) for f in fields(ModelConfig) if f.name != "vocab_size"}
+        mcfg = ModelConfig(vocab_size=tok.vocab_size, **arch)
     if mcfg.vocab_size < tok.vocab_size:
         raise HaloError(
             f"model: vocab_size {mcfg.vocab_size} is smaller than the tokenizer's {tok.vocab_size}"
