@@ -15,6 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _fetch(args: argparse.Namespace) -> int:
     from halo.paths import Layout, find_repo, store_root
+    from halo.pins.inputs import load_inputs
     from halo.pins.lockfile import load_lock
     from halo.sources import index_urls, substitute_dirs
     from halo.store.fetch import fetch_lock, summary
@@ -22,6 +23,7 @@ def _fetch(args: argparse.Namespace) -> int:
     from halo.store.store import Store
 
     layout = Layout(find_repo())
+    load_inputs(layout.pins).select(args.sets)  # an unknown set is named as such
     locks = [load_lock(layout.lock(name)) for name in args.sets]  # all inputs valid before any I/O
     store = Store(store_root())
     index = IndexClient(index_urls())

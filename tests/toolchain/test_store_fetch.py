@@ -6,7 +6,7 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from support import LocalIndex, tree_listing
+from support import LocalIndex, halo, tree_listing
 
 from halo.errors import HaloError
 from halo.pins.lockfile import Artifact, Lock, Package
@@ -106,3 +106,14 @@ def test_fetch_names_an_artifact_no_source_has(tmp_path: Path, local_index: Loca
         HaloError, match=r"^ghost-1\.0-py3-none-any\.whl: not found on the configured index"
     ):
         fetch_lock(lock, Store(tmp_path / "store"), IndexClient([local_index.url]), [])
+
+
+def test_fetch_of_an_unknown_set_is_one_line_exit_2(
+    repo_copy: Path, isolated_env: dict[str, str], tmp_path: Path
+) -> None:
+    proc = halo("fetch", "cpu", "gpu9000", cwd=repo_copy, env=isolated_env)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"halo: error: {repo_copy}/pins/sets.toml: unknown pin set 'gpu9000' (expected one of: blackwell, hopper, vllm, sglang, cpu)"
+    ]
+    assert tree_listing(tmp_path / "store") == []
