@@ -70,8 +70,16 @@ def init(env: dict[str, str] | None = None) -> Context:
     return Context(rank, world, local, device)
 
 
-def shutdown() -> None:
+def shutdown(clean: bool = False) -> None:
+    """Tear the process group down; after a clean run, only once every rank got here.
+
+    Ranks that destroy gloo's group while a peer still has collectives (an FSDP gather for
+    the final checkpoint) in flight can abort at exit. After an error the peers may never
+    arrive, so then there is no barrier.
+    """
     if dist.is_initialized():
+        if clean:
+            dist.barrier()
         dist.destroy_process_group()
 
 

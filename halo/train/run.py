@@ -53,6 +53,7 @@ def run(method_name: str, config_path: Path, extra: list[str]) -> int:
                 + (" (stopped by SIGTERM)" if result.stopped_by_signal else ""),
                 flush=True,
             )
+        distributed.shutdown(clean=True)
     finally:
         distributed.shutdown()
     return 0
