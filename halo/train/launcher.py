@@ -6,6 +6,7 @@ A pure function of (method, config, nproc, interpreter); `halo launch` then eith
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,6 +75,9 @@ def plan(
             )
         argv = [python, "-m", "accelerate.commands.launch", f"--num_processes={nproc}", *entry]
     env = dict(cfg.runtime.env)
+    if launcher == "torchrun" and "GLOO_SOCKET_IFNAME" not in {*env, *os.environ}:
+        # The same reason: gloo would otherwise look its interface up by the hostname.
+        env["GLOO_SOCKET_IFNAME"] = "lo"
     if isinstance(cfg.runtime.devices, list):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in cfg.runtime.devices)
     return Plan(launcher, nproc, argv, env, notes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -170,6 +171,9 @@ def test_launcher_commands(tmp_path: Path) -> None:
         "--local-addr=127.0.0.1",
         "--nproc-per-node=2",
     ]
+    if "GLOO_SOCKET_IFNAME" not in os.environ:
+        assert two.env["GLOO_SOCKET_IFNAME"] == "lo"  # no hostname lookup in a --network none box
+    assert "GLOO_SOCKET_IFNAME" not in one.env
     cfg.runtime.launcher = "accelerate"
     with pytest.raises(HaloError, match="accelerate package is not installed"):
         launcher.plan(spec, cfg, cfg_path, 2, [], "/py", accelerate_installed=False)
