@@ -55,8 +55,12 @@ HOST_OPTIONAL: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ),
     (
         "torchcodec",
-        re.compile(r"^lib(avutil|avcodec|avformat|avdevice|avfilter|swscale|swresample)\.so\.\d+$"),
-        "torchcodec ships one library per FFmpeg major and loads the host's (no FFmpeg: no video)",
+        re.compile(
+            r"^lib(avutil|avcodec|avformat|avdevice|avfilter|swscale|swresample)\.so\.\d+$"
+            r"|^libpython3\.\d+\.so\.1\.0$"
+        ),
+        "torchcodec ships one custom-ops library per FFmpeg major and loads the host's (no "
+        "FFmpeg: no video decoding); those also name libpython, which a static CPython lacks",
     ),
     (
         "numba",
@@ -66,11 +70,40 @@ HOST_OPTIONAL: tuple[tuple[str, re.Pattern[str], str], ...] = (
 )
 
 
+# CUDA 12 objects that a CUDA 13 stack carries but never loads: (distribution, file name
+# pattern, why). Reported by name in the audit's detail; any other CUDA 12 object fails.
+CUDA12_NEVER_LOADED: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    (
+        "torch-memory-saver",
+        re.compile(r"^torch_memory_saver_hook_mode_(preload|torch)(_cu12)?\.abi3\.so$"),
+        "it loads <stem>_cu<torch's CUDA major>.abi3.so (torch_memory_saver/utils.py); the "
+        "cu12 and unsuffixed builds beside the cu13 one are never loaded with a CUDA 13 torch",
+    ),
+)
+
+
+def never_loaded(package: str, filename: str) -> str | None:
+    """Why a CUDA 12 object of ``package`` is tolerated, or None."""
+    return next(
+        (
+            why
+            for pkg, pat, why in CUDA12_NEVER_LOADED
+            if pkg == _norm(package) and pat.match(filename)
+        ),
+        None,
+    )
+
+
 def host_optional(package: str, needed: str) -> str | None:
     """Why ``package`` may need ``needed`` without it being here, or None."""
     return next(
-        (why for pkg, pat, why in HOST_OPTIONAL if pkg == package and pat.match(needed)), None
+        (why for pkg, pat, why in HOST_OPTIONAL if pkg == _norm(package) and pat.match(needed)),
+        None,
     )
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 # Libraries whose SONAME major is the CUDA major (libcudart.so.12 is CUDA 12) ...
@@ -178,6 +211,7 @@ class Audit:
     by_soname: int = 0
     driver: set[str] = field(default_factory=set)
     optional: dict[str, set[str]] = field(default_factory=dict)  # package -> libs
+    never_loaded: dict[str, set[str]] = field(default_factory=dict)  # package -> CUDA 12 objects
     findings: list[Finding] = field(default_factory=list)
 
 
@@ -232,7 +266,10 @@ def audit(venv: Path, site: Path, system: tuple[Path, ...] | None = None) -> Aud
         own += [_expand(e, origin) for e in info.runpath]
         for needed in info.needed:
             if is_old_cuda(needed):
-                result.findings.append(Finding(path, package, needed, "cuda12"))
+                if never_loaded(package, path.name):
+                    result.never_loaded.setdefault(package, set()).add(path.name)
+                else:
+                    result.findings.append(Finding(path, package, needed, "cuda12"))
                 continue
             if "/" in needed:
                 found = (origin / needed) if (origin / needed).exists() else None

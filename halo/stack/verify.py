@@ -303,6 +303,9 @@ def elf(inputs: Inputs, site: Path) -> Row:
         f"SONAME in the venv; driver: {', '.join(sorted(found.driver)) or 'none'}; "
         f"optional host libs of {', '.join(optional) or 'none'}"
     )
+    if found.never_loaded:
+        skipped = ", ".join(f"{len(v)} of {k}" for k, v in sorted(found.never_loaded.items()))
+        detail += f"; CUDA 12 objects never loaded: {skipped}"
     return _row("elf", [f.line(inputs.venv) for f in found.findings], detail)
 
 

@@ -81,6 +81,7 @@ def test_host_optional_is_per_package() -> None:
     assert host_optional("nvidia-nvshmem-cu13", "libmpi.so.40")
     assert host_optional("torchcodec", "libavcodec.so.61")
     assert host_optional("torch", "libmpi.so.40") is None
+    assert host_optional("nvidia_nvshmem_cu13", "libucp.so.0")  # names compare normalized
     assert host_optional("torchcodec", "libcudart.so.12") is None
 
 
@@ -90,3 +91,12 @@ def test_ld_so_conf_follows_includes(tmp_path: Path) -> None:
     (tmp_path / "conf.d" / "b.conf").write_text("/opt/b # trailing\n")
     (tmp_path / "ld.so.conf").write_text("include conf.d/*.conf\n/opt/top\n")
     assert ld_so_conf_dirs(tmp_path / "ld.so.conf") == ["/opt/a", "/opt/b", "/opt/top"]
+
+
+def test_cuda12_objects_tolerated_only_where_named() -> None:
+    from halo.stack.linkage import never_loaded
+
+    assert never_loaded("torch_memory_saver", "torch_memory_saver_hook_mode_preload_cu12.abi3.so")
+    assert never_loaded("torch-memory-saver", "torch_memory_saver_hook_mode_torch.abi3.so")
+    assert never_loaded("torch-memory-saver", "libsomething_else.so") is None
+    assert never_loaded("sglang", "torch_memory_saver_hook_mode_torch.abi3.so") is None
