@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -106,7 +105,6 @@ def install(inputs: Inputs, fresh: bool) -> Row:
         digest = _install_digest(inputs, install_dir, (wheels / "requirements.txt").read_text())
         stamp = venv / STAMP
         if not fresh and stamp.is_file() and json.loads(stamp.read_text()).get("digest") == digest:
-            size = sum(f.stat().st_size for f in venv.rglob("*") if f.is_file())
             return Row("install", OK, f"reused {venv.name} (same lock, install step, CPython)")
         shutil.rmtree(venv, ignore_errors=True)
         argv = install_argv(inputs.python, str(install_dir), str(venv), str(wheels))
@@ -372,7 +370,3 @@ def verify(
     if cpu_tier_scratch is not None:
         add(cpu_tier(inputs, cpu_tier_scratch, result.get("torch")))
     return rows
-
-
-def run_python() -> str:
-    return sys.executable
