@@ -83,8 +83,10 @@ def parse(data: bytes | mmap.mmap) -> Dynamic:
             loads.append((p_vaddr, p_offset, p_filesz))
         elif p_type == PT_DYNAMIC:
             dynamic = (p_offset, p_filesz)
-    if dynamic is None:
-        return Dynamic(machine, (), None, (), ())  # static: nothing to resolve
+    if dynamic is None or dynamic[1] == 0:
+        # Static, or a separate debug-info file (its PT_DYNAMIC has no bytes in the file):
+        # nothing the loader resolves.
+        return Dynamic(machine, (), None, (), ())
 
     entries: list[tuple[int, int]] = []
     offset, size = dynamic

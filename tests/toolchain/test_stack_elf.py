@@ -43,6 +43,19 @@ def test_reads_old_style_rpath(tmp_path: Path) -> None:
     assert info.rpath == ("$ORIGIN",) and info.runpath == ()
 
 
+def test_a_debug_info_file_has_nothing_to_resolve(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    objcopy = shutil.which("objcopy")
+    if objcopy is None:
+        pytest.skip("needs objcopy (binutils, which gcc brings) to split debug info")
+    obj = shared_object(tmp_path / "libx.so", C_USE, "-g", "-Wl,--no-as-needed", "-lm")
+    dbg = tmp_path / "libx.dbg"
+    subprocess.run([objcopy, "--only-keep-debug", str(obj), str(dbg)], check=True)
+    assert read(obj).needed and read(dbg).needed == () and not read(dbg).is_dynamic
+
+
 def test_refuses_what_is_not_a_readable_elf(tmp_path: Path) -> None:
     obj = shared_object(tmp_path / "libx.so", C_DEF)
     with pytest.raises(ElfError, match="not an ELF"):
