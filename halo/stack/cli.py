@@ -105,6 +105,8 @@ def _verify(args: argparse.Namespace) -> int:
             if args.clean:
                 for leftover in (inputs.venv, root / f".{spec.set}.probe"):
                     shutil.rmtree(leftover, ignore_errors=True)
+        if args.clean and not any(r.result == FAIL for r in rows):
+            (root / f"{spec.set}.install.log").unlink(missing_ok=True)  # kept when it failed
         print(f"\n{spec.set} ({time.monotonic() - start:.0f}s, no GPU)")
         print(table(["check", "result", "detail"], [[r.check, r.result, r.detail] for r in rows]))
         sys.stdout.flush()
