@@ -125,9 +125,9 @@ def _torch_here() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return f"torch {version('torch')}"
+        return f"torch=={version('torch')}"
     except PackageNotFoundError:
-        return "no torch"
+        return "no-torch"
 
 
 def run_tier(t: Tier, image_ref: str | None, scratch: Path, extra: list[str]) -> int:
@@ -141,7 +141,7 @@ def run_tier(t: Tier, image_ref: str | None, scratch: Path, extra: list[str]) ->
         rc = subprocess.run(
             [sys.executable, *pytest_argv(t, str(junit_host), extra)], check=False
         ).returncode
-        where = f"native, {_torch_here()}"
+        where = f"native:{_torch_here()}"
     else:
         env = {t.server_env: server_url(t)} if t.server_env else {}
         spec = RunSpec(
