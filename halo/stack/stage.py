@@ -18,7 +18,7 @@ from pathlib import Path
 from halo.errors import HaloError
 from halo.patching.loader import load_patches
 from halo.patching.model import Patch
-from halo.pins.lockfile import Lock, normalize
+from halo.pins.lockfile import Lock, lock_name, normalize
 from halo.stack import install_step
 from halo.store.store import Store
 
@@ -62,7 +62,7 @@ def stage_wheels(dest: Path, lock: Lock, store: Store) -> None:
     pip = lock.package(PIP_NAME)
     if pip is None or not any(a.is_wheel for a in pip.artifacts):
         raise HaloError(
-            f"pins/{lock.set}: no pip wheel; the install step installs the lock offline with "
+            f"pins/{lock_name(lock.set)}: no pip wheel; the install step installs the lock offline with "
             "pip, add `pip` to the set's requirements"
         )
     for art in lock.artifacts:
