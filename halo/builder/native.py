@@ -42,7 +42,8 @@ _ENTER = (
     f'cd "{FIXED}/src/$3" && shift 3 && exec "$@"'
 )
 PROGRESS_EVERY_S = 30.0
-_NINJA = re.compile(r"^\[(\d+)/(\d+)\]")
+_NINJA = re.compile(r"^\s*\[(\d+)/(\d+)\]")
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")  # a traceback's last line
 _GUARD = """#!/bin/sh
 # halo's native builder: builds run offline from pinned sources; this call is refused.
 printf '%s\\n' "$(basename "$0") $*" >> "{log}"
@@ -100,11 +101,17 @@ def env_for(cuda: bool, extra: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def build_argv(work: Path, venv: Path, subdirectory: str) -> list[str]:
-    """Enter new network and mount namespaces, bind the build's folders, run ``pip wheel``."""
+def build_argv(work: Path, venv: Path, subdirectory: str, verbose: bool = False) -> list[str]:
+    """Enter new network and mount namespaces, bind the build's folders, run ``pip wheel``.
+
+    ``verbose`` lets the build's own output (ninja's [n/m], each compiler command) through
+    pip as it happens; it changes what is logged, not what is built, so the recipe leaves it out.
+    """
     python = str(FIXED / "venv" / "bin" / "python")
     pip = ["-m", "pip", "wheel", "--no-index", "--no-deps", "--no-build-isolation",
            "--no-cache-dir", "-w", str(FIXED / "out"), "."]  # fmt: skip
+    if verbose:
+        pip.insert(2, "-v")
     return [
         "unshare", "--net", "--mount", "--", "sh", "-euc", _ENTER, "halo-drv",
         str(work), str(venv), subdirectory or ".", python, *pip,
@@ -170,7 +177,7 @@ def build_wheel(
         folder.mkdir(parents=True, exist_ok=True)
     FIXED.mkdir(parents=True, exist_ok=True)  # the mount point; it stays empty out here
     full_env = env_for((venv / HOME_DIR).is_dir(), env)
-    rc = run_logged(build_argv(work, venv, subdirectory), work, full_env, log, label)
+    rc = run_logged(build_argv(work, venv, subdirectory, verbose=True), work, full_env, log, label)
     if refused.is_file() and (calls := refused.read_text().splitlines()):
         raise HaloError(
             f"derivation {label}: its build ran `{calls[0]}` (offline builds from pinned archives "
@@ -187,11 +194,15 @@ def build_wheel(
 
 
 def _last_error(log: Path) -> str:
-    """The line that says why: the first fatal compiler error, else the last error line."""
+    """The line that says why: the first fatal compiler error, else the last exception raised
+    in the build script, else the last line that mentions an error."""
     lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
     fatal = next((ln for ln in lines if "fatal error:" in ln), None)
     if fatal is not None:
         return fatal[:300] + _hint(fatal)
+    raised = [ln for ln in lines if _EXCEPTION.match(ln)]
+    if raised:
+        return raised[-1][:300]
     for line in reversed(lines):
         if "error" in line.lower() and not line.startswith("note:"):
             return line[:300]

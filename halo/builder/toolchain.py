@@ -18,6 +18,7 @@ stamp matches, made again when anything in the identity changes.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -185,15 +186,24 @@ def builder_venv(tc: Toolchain, store: Store, patches_dir: Path, workdir: Path) 
     """The native toolchain's venv, installed offline from the store by the install step."""
     key = builder_key(tc)
     venv = builders_root() / key[:16]
-    if _stamped(venv, key):
-        return venv
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    # One installer at a time: two builds on this host wait for one venv, not fight over it.
+    with (venv.parent / f"{venv.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _stamped(venv, key):
+            _install(tc, key, venv, store, patches_dir, workdir)
+    return venv
+
+
+def _install(
+    tc: Toolchain, key: str, venv: Path, store: Store, patches_dir: Path, workdir: Path
+) -> None:
     say(f"builder: installing {len(tc.requirements)} locked wheels into {venv} (offline)")
     stage = workdir / f"builder-{key[:12]}"
     shutil.rmtree(stage, ignore_errors=True)
     # Installed in place (console scripts such as ninja's name their venv's path) with the
     # stamp written last: a venv without its stamp is half-made and is made again.
     shutil.rmtree(venv, ignore_errors=True)
-    venv.parent.mkdir(parents=True, exist_ok=True)
     try:
         stage_wheels(stage / "wheels", tc.requirements, store)
         stage_install_step(stage / "install", patches_dir)
@@ -218,4 +228,3 @@ def builder_venv(tc: Toolchain, store: Store, patches_dir: Path, workdir: Path) 
         write_text(venv / STAMP, json.dumps({"key": key, **tc.identity()}, indent=1) + "\n")
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    return venv
