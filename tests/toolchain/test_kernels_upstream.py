@@ -143,7 +143,7 @@ def test_fa3_builds_offline_through_its_first_nvcc_for_hopper_only(
     """FA3's setup.py would download nvcc/ptxas and run git; patched, it does neither. Its
     head dimensions beyond 64 and FP8 are switched off here only to keep the first object
     small (the same setup.py paths run); the derivation itself builds them all."""
-    for k, v in builders_env(tmp_path).items():
+    for k, v in {**builders_env(tmp_path), "MAX_JOBS": "1"}.items():
         monkeypatch.setenv(k, v)
     small = {
         f"FLASH_ATTENTION_DISABLE_{x}": "TRUE"
