@@ -107,3 +107,22 @@ def write_tree(root: Path, files: dict[str, str]) -> Path:
 def builders_env(tmp: Path) -> dict[str, str]:
     """Builder venvs where the developer keeps them ($HALO_BUILDERS), else under the test's tmp."""
     return {"HALO_BUILDERS": os.environ.get("HALO_BUILDERS") or str(tmp / "builders")}
+
+
+@pytest.fixture(name="small_native")
+def small_native_fixture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Toolchain:
+    """The C toolchain of the cpu set, for native builds in network-less namespaces."""
+    namespaces_or_skip()
+    fetched_or_skip("cpu")
+    for k, v in builders_env(tmp_path).items():
+        monkeypatch.setenv(k, v)
+    return small_toolchain()
+
+
+@pytest.fixture(name="cuda_native")
+def cuda_native_fixture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Toolchain:
+    """The cuda-builder toolchain (nvcc from the lock), for native builds."""
+    namespaces_or_skip()
+    for k, v in builders_env(tmp_path).items():
+        monkeypatch.setenv(k, v)
+    return cuda_toolchain()

@@ -20,20 +20,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kernels_support import (
+from kernels_support import (  # noqa: F401 - *_fixture: fixtures used by name
     DEMO_C,
-    builders_env,
     derivation,
-    fetched_or_skip,
-    namespaces_or_skip,
     pin_for,
     realiser,
-    small_toolchain,
+    small_native_fixture,
     store_with,
 )
 from support import REPO, halo
 
 from halo.builder.record import DerivationRecord, read_record
+from halo.builder.toolchain import Toolchain
 from halo.cache.oci import RECORD_TYPE, WHEEL_TYPE, RegistryCache, tag
 from halo.cache.trust import Trust
 from halo.errors import HaloError
@@ -97,13 +95,9 @@ def keys(tmp_path: Path) -> dict[str, tuple[Path, Path]]:
 
 
 @pytest.fixture
-def built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Derivation, Store, str]:
+def built(tmp_path: Path, small_native: Toolchain) -> tuple[Derivation, Store, str]:
     """demo-ext compiled once here: (its derivation, the store holding it, its hash)."""
-    namespaces_or_skip()
-    fetched_or_skip("cpu")
-    for k, v in builders_env(tmp_path).items():
-        monkeypatch.setenv(k, v)
-    tc = small_toolchain()
+    tc = small_native
     pin = pin_for(DEMO_C, "demo-ext", "halo-demo-ext")
     store = store_with(tmp_path / "built", tc, pin, DEMO_C)
     drv = derivation(pin, tc, DEMO_GREETING="cached")

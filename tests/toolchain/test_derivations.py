@@ -16,18 +16,16 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from kernels_support import (
+from kernels_support import (  # noqa: F401 - *_fixture: fixtures used by name
     DEMO_C,
     DEMO_CUDA,
     SMALL,
-    builders_env,
-    cuda_toolchain,
+    cuda_native_fixture,
     derivation,
     fetched_or_skip,
-    namespaces_or_skip,
     pin_for,
     realiser,
-    small_toolchain,
+    small_native_fixture,
     store_with,
     write_tree,
 )
@@ -189,13 +187,9 @@ def _run_ext(site: Path, code: str, python: str = sys.executable) -> str:
 
 
 def test_c_extension_compiles_natively_offline_once_then_is_reused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, small_native: Toolchain
 ) -> None:
-    namespaces_or_skip()
-    fetched_or_skip("cpu")
-    for k, v in builders_env(tmp_path).items():
-        monkeypatch.setenv(k, v)
-    tc = small_toolchain()
+    tc = small_native
     pin = pin_for(DEMO_C, "demo-ext", "halo-demo-ext")
     store = store_with(tmp_path / "store", tc, pin, DEMO_C)
     drv = derivation(pin, tc, DEMO_GREETING="hi")
@@ -215,16 +209,12 @@ def test_c_extension_compiles_natively_offline_once_then_is_reused(
 
 
 def test_a_build_that_runs_git_or_reaches_the_network_fails_by_name(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, small_native: Toolchain
 ) -> None:
     """The network namespace: even a server on this host's loopback is out of reach."""
-    namespaces_or_skip()
-    fetched_or_skip("cpu")
-    for k, v in builders_env(tmp_path).items():
-        monkeypatch.setenv(k, v)
     server = socket.create_server(("127.0.0.1", 0))  # listening: the kernel would accept
     port = server.getsockname()[1]
-    tc = small_toolchain()
+    tc = small_native
     reach = write_tree(
         tmp_path / "reach",
         {
@@ -266,13 +256,9 @@ def test_a_build_that_runs_git_or_reaches_the_network_fails_by_name(
 
 
 def test_the_wheel_must_be_the_pinned_distribution_and_version(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, small_native: Toolchain
 ) -> None:
-    namespaces_or_skip()
-    fetched_or_skip("cpu")
-    for k, v in builders_env(tmp_path).items():
-        monkeypatch.setenv(k, v)
-    tc = small_toolchain()
+    tc = small_native
     pin = pin_for(DEMO_C, "demo-ext", "halo-demo-ext", version="1.0.0+local")
     r = realiser(tmp_path, store_with(tmp_path / "store", tc, pin, DEMO_C))
     with pytest.raises(HaloError) as err:
@@ -285,14 +271,11 @@ def test_the_wheel_must_be_the_pinned_distribution_and_version(
 
 
 def test_tiny_cuda_extension_with_the_locked_nvcc_for_one_arch(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, cuda_native: Toolchain
 ) -> None:
     """The cuda-builder lock's nvcc and headers, assembled into a CUDA_HOME that torch's
     cpp_extension accepts, compile device code for exactly the image's architecture."""
-    namespaces_or_skip()
-    for k, v in builders_env(tmp_path).items():
-        monkeypatch.setenv(k, v)
-    tc = cuda_toolchain()
+    tc = cuda_native
     pin = pin_for(DEMO_CUDA, "demo-cuda-ext", "halo-demo-cuda-ext")
     store = store_with(tmp_path / "store", tc, pin, DEMO_CUDA)
     drv = derivation(pin, tc, image="hopper")  # 9.0a, from images.yaml
