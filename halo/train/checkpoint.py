@@ -66,10 +66,7 @@ def _found(p: Path) -> Found | None:
 
 def complete(job_dir: Path) -> list[Found]:
     """Checkpoints whose meta.json was written, oldest first (by lineage, then step)."""
-    if not job_dir.is_dir():
-        return []
-    found = [f for f in map(_found, job_dir.iterdir()) if f and read_meta(f.path) is not None]
-    return sorted(found, key=lambda f: (f.lineage, f.step))
+    return [f for f in named(job_dir) if read_meta(f.path) is not None]
 
 
 def latest(job_dir: Path) -> Found | None:
@@ -78,17 +75,22 @@ def latest(job_dir: Path) -> Found | None:
 
 
 def partials(job_dir: Path) -> list[Path]:
-    """Leftovers of interrupted writes: hidden temp dirs and named dirs without meta.json."""
+    """Leftovers of interrupted writes: the hidden temp folders a write renames into place."""
     if not job_dir.is_dir():
         return []
     return sorted(
         p
         for p in job_dir.iterdir()
-        if p.is_dir()
-        and (
-            (p.name.startswith(".r") and p.name.endswith(".tmp"))
-            or (_found(p) is not None and read_meta(p) is None)
-        )
+        if p.is_dir() and p.name.startswith(".r") and p.name.endswith(".tmp")
+    )
+
+
+def named(job_dir: Path) -> list[Found]:
+    """Every checkpoint-named folder, complete or not, oldest first."""
+    if not job_dir.is_dir():
+        return []
+    return sorted(
+        (f for f in map(_found, job_dir.iterdir()) if f), key=lambda f: (f.lineage, f.step)
     )
 
 

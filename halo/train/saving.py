@@ -8,6 +8,7 @@ checkpoint of another architecture is an error, never a partial load.
 from __future__ import annotations
 
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,7 @@ def save(
 
 def pick(job_dir: Path, ctx: distributed.Context) -> checkpoint.Found | None:
     """The newest checkpoint that passes its check; the failing ones are set aside."""
-    for found in reversed(checkpoint.complete(job_dir)):
+    for found in reversed(checkpoint.named(job_dir)):
         problem = checkpoint.verify(found.path)
         if problem is None:
             return found
@@ -124,8 +125,6 @@ def resume(tr: Trainer) -> checkpoint.Found | None:
     if ctx.is_main:
         for p in checkpoint.partials(job_dir):
             log(ctx, f"checkpoint: ignoring and removing partial write {p.name}")
-            import shutil
-
             shutil.rmtree(p, ignore_errors=True)
     found = None
     if cfg.checkpoint.resume and ctx.is_main:
