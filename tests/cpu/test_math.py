@@ -129,12 +129,13 @@ def test_dpo_loss_is_the_sigmoid_loss_of_the_paper(tokenizer: Any) -> None:
     assert dropped == 0
     policy, ref = BigramModel(tokenizer.vocab_size, 2), BigramModel(tokenizer.vocab_size, 3)
 
-    losses = []
+    losses, wins = [], 0
     for p, c, r in PAIRS:
         pc, pr = seq_logprob(policy, tokenizer, p, c), seq_logprob(policy, tokenizer, p, r)
         rc, rr = seq_logprob(ref, tokenizer, p, c), seq_logprob(ref, tokenizer, p, r)
         z = beta * ((pc - rc) - (pr - rr))
         losses.append(-math.log(1 / (1 + math.exp(-z))))
+        wins += z > 0
     expected = sum(losses) / len(losses)
 
     prepare, loss = dpo.make(Dpo(beta=beta))
@@ -143,6 +144,7 @@ def test_dpo_loss_is_the_sigmoid_loss_of_the_paper(tokenizer: Any) -> None:
     s, extra = loss(policy, batch, prepared)
     assert float(s.detach()) / len(PAIRS) == pytest.approx(expected, rel=1e-5)
     assert abs(expected - math.log(2)) > 0.05  # the pairs are far from a tie
+    assert float(extra["reward_acc"]) == wins
 
 
 GROUP = ("What is 2 + 9?", ["11", "8", "111", "2 + 9 = 11."], [1.0, 0.0, 0.0, 0.5])
