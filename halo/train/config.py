@@ -106,12 +106,12 @@ class Data(Section):
 
 
 class Optim(Section):
-    lr: Annotated[float, Field(gt=0)] = 1e-3
+    # At most 1e30: AdamW's step (lr / bias correction) must fit in fp32.
+    lr: Annotated[float, Field(gt=0, le=1e30)] = 1e-3
     weight_decay: Annotated[float, Field(ge=0)] = 0.0
-    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (
-        0.9,
-        0.95,
-    )
+    betas: Annotated[
+        list[Annotated[float, Field(ge=0, lt=1)]], Field(min_length=2, max_length=2)
+    ] = Field(default_factory=lambda: [0.9, 0.95])
     eps: Annotated[float, Field(gt=0)] = 1e-8
     grad_clip: Annotated[float, Field(ge=0)] = 1.0
     scheduler: Literal["constant", "cosine", "linear"] = "cosine"

@@ -112,7 +112,8 @@ def restore_buffers(model: nn.Module, device: torch.device) -> None:
         if not names:
             continue
         try:
-            fresh = type(module)(config=conf, device=device)
+            with torch.device(device):
+                fresh = type(module)(conf)
         except TypeError as exc:
             raise HaloError(
                 f"model: cannot rebuild {type(module).__name__} after meta init ({exc})"

@@ -35,7 +35,7 @@ def make(
     optim = torch.optim.AdamW(
         [{"params": decay, "weight_decay": o.weight_decay}, {"params": other, "weight_decay": 0.0}],
         lr=o.lr,
-        betas=o.betas,
+        betas=(o.betas[0], o.betas[1]),
         eps=o.eps,
     )
     return optim, torch.optim.lr_scheduler.LambdaLR(optim, lr_lambda(o, total_updates))
