@@ -4,7 +4,7 @@ NOX ?= nox
 .DEFAULT_GOAL := help
 .PHONY: help lint fmt lock lock-check pins-check fetch plan build-cpu build-blackwell build-hopper \
 	build-vllm build-sglang build-all test test-toolchain test-cpu test-gpu-core test-gpu-full \
-	test-rollout-vllm test-rollout-sglang patches example bench ci-render
+	test-rollout-vllm test-rollout-sglang patches example bench seed-hf-cache ci-render
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -53,7 +53,9 @@ patches: ## verify patches against halo:cpu's environment
 	$(NOX) -s patches
 example: ## the main job: build halo:cpu and train the tiny SFT example in it
 	$(NOX) -s example
-bench: ## benchmarks with budgets (no-op build, pins check, lock check, trainer)
+bench: ## benchmarks with budgets (no-op build, pins check, lock check, trainer vs TRL)
 	$(NOX) -s bench
+seed-hf-cache: ## fill HF_HOME with the pinned configs and tokenizers (examples/hf-cache.toml)
+	$(NOX) -s seed-hf-cache
 ci-render: ## regenerate the CI workflow from ci/matrix.yaml
 	$(NOX) -s ci-render

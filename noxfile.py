@@ -148,11 +148,31 @@ def example(session: nox.Session) -> None:
     session.run("halo", "example", "--image", "cpu", *session.posargs)
 
 
+# The trainer row races TRL's SFTTrainer, which is no dependency of the trainer: this
+# session's own venv carries it (uv links torch from its cache, so the copy costs little disk).
+BENCH_TRAINER = (
+    "torch==2.11.0",
+    "transformers==5.24.0",
+    "trl==1.16.0",
+    "datasets==5.2.0",
+    "accelerate==1.15.0",
+    "pyarrow==24.0.0",
+)
+
+
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """Benchmarks with budgets: no-op build, pins check, lock check, trainer throughput."""
+    """Benchmarks with budgets: no-op build, pins check, lock check, trainer vs TRL."""
     _halo(session)
+    session.install("-e", ".[train]", *BENCH_TRAINER, silent=True)
     session.run("python", "ci/bench.py", *session.posargs)
+
+
+@nox.session(name="seed-hf-cache", python=PYTHON)
+def seed_hf_cache(session: nox.Session) -> None:
+    """Fill the Hugging Face cache (HF_HOME) with the pinned configs and tokenizers."""
+    _halo(session)
+    session.run("halo", "hf-cache", "seed", *(session.posargs or ["examples/hf-cache.toml"]))
 
 
 @nox.session(name="ci-render", python=PYTHON)
