@@ -4,7 +4,7 @@
     python -m halo.train.bench --trl CONFIG OUT       # (internal) one TRL run, step times to OUT
 
 Both train the ~30M-parameter Llama of examples/bench/config.yaml from the same seed on the
-SFT example's chats (assistant tokens only), batch 8, two epochs (16 steps), on the CPU, each
+SFT example's chats (assistant tokens only), batch 8, one epoch (8 steps), on the CPU, each
 in its own process. Throughput is tokens (non-padding, as each side counts them) over the
 summed time of the optimizer steps, start-up excluded. The two alternate (ours, TRL, TRL,
 ours, ...), so a busy neighbour on a shared machine slows both, and the medians are compared.

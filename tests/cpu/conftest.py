@@ -14,6 +14,11 @@ from typing import Any
 
 import pytest
 
+# The tier runs one pytest worker per core: a trainer (in a worker or a subprocess it starts)
+# that also spins up one OpenMP thread per core oversubscribes the machine, and on a busy
+# two-core box a step then takes several times longer. Set before torch is imported.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 TOKENIZER = EXAMPLES / "tokenizer"
