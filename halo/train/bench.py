@@ -39,7 +39,10 @@ def ours(config: Path, tmp: Path) -> list[tuple[int, float]]:
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"bench: halo launch failed: {proc.stderr.strip()[-800:]}")
-    rows = [json.loads(x) for x in next((tmp / "logs").iterdir()).joinpath("metrics.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(x)
+        for x in next((tmp / "logs").iterdir()).joinpath("metrics.jsonl").read_text().splitlines()
+    ]
     return [(r["tokens"], r["seconds"]) for r in rows if "tokens" in r]
 
 
@@ -66,7 +69,9 @@ def run_trl(config: Path, out: Path) -> None:
     cfg = config_mod.load(config, "sft")
     tok = setup.load_tokenizer(cfg)
     model = hf.build(cfg.model, hf.hf_config(cfg.model, tok), "sdpa", cfg.training.seed)
-    chats = data.load(cfg.data, cfg.training.seed, lambda r, f, s, w: formats.chat(r, f, w, {}, {}))[0]
+    chats = data.load(
+        cfg.data, cfg.training.seed, lambda r, f, s, w: formats.chat(r, f, w, {}, {})
+    )[0]
     dataset = Dataset.from_list([{"messages": c.messages} for c in chats])
     steps: list[list[float]] = []
 
@@ -103,7 +108,9 @@ def run_trl(config: Path, out: Path) -> None:
         disable_tqdm=True,
     )
     torch.manual_seed(t.seed)
-    trainer = Counting(model=model, args=args, train_dataset=dataset, processing_class=tok.hf, callbacks=[Timer()])
+    trainer = Counting(
+        model=model, args=args, train_dataset=dataset, processing_class=tok.hf, callbacks=[Timer()]
+    )
     trainer.train()
     out.write_text(json.dumps([(int(n), s) for n, s in steps]))
 
@@ -117,16 +124,29 @@ def measure(config: Path = CONFIG, repeats: int = 2) -> dict[str, Any]:
             with tempfile.TemporaryDirectory(prefix="halo-bench-") as tmp:
                 steps = runners[name](config, Path(tmp))
             rates[name].append(_rate(steps))
-            print(f"bench: run {i + 1} {name}: {rates[name][-1]:.0f} tokens/s over {len(steps)} steps", file=sys.stderr, flush=True)
+            print(
+                f"bench: run {i + 1} {name}: {rates[name][-1]:.0f} tokens/s over {len(steps)} steps",
+                file=sys.stderr,
+                flush=True,
+            )
     halo, other = statistics.median(rates["halo"]), statistics.median(rates["trl"])
-    return {"halo_tokens_per_s": halo, "trl_tokens_per_s": other, "ratio": halo / other, "runs": rates}
+    return {
+        "halo_tokens_per_s": halo,
+        "trl_tokens_per_s": other,
+        "ratio": halo / other,
+        "runs": rates,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m halo.train.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m halo.train.bench", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--config", type=Path, default=CONFIG)
-    parser.add_argument("--trl", nargs=2, type=Path, metavar=("CONFIG", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--trl", nargs=2, type=Path, metavar=("CONFIG", "OUT"), help=argparse.SUPPRESS
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     if args.trl:
@@ -138,7 +158,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(r))
     else:
-        print(table(["trainer", "tokens/s (median)"], [["halo launch sft (packing)", f"{r['halo_tokens_per_s']:.0f}"], ["TRL SFTTrainer", f"{r['trl_tokens_per_s']:.0f}"]]))
+        print(
+            table(
+                ["trainer", "tokens/s (median)"],
+                [
+                    ["halo launch sft (packing)", f"{r['halo_tokens_per_s']:.0f}"],
+                    ["TRL SFTTrainer", f"{r['trl_tokens_per_s']:.0f}"],
+                ],
+            )
+        )
         print(f"ratio: {r['ratio']:.2f}x (goal >= {GOAL}x, floor >= {FLOOR}x)")
     return 0 if r["ratio"] >= FLOOR else 1
 

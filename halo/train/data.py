@@ -82,6 +82,11 @@ def source_examples(src: Source, parse: Parse[T], limit: int | None = None) -> l
     return [parse(row.data, _format(src, row), src, row.where) for row in rows]
 
 
+def first_examples(data: Data, parse: Parse[T]) -> list[tuple[Source, T]]:
+    """The first example of each training source: what the log and --dry-run show."""
+    return [(s, source_examples(s, parse, limit=1)[0]) for s in data.sources()]
+
+
 def interleave(sources: list[list[T]], probs: list[float], seed: int) -> list[T]:
     """Draw the next example's source by probability until one source runs out."""
     rng = random.Random(seed)

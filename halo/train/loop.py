@@ -152,7 +152,17 @@ class Metrics:
             f"step {n}/{total} epoch {epoch} loss {st.loss:.6f} lr {st.lr:.3e}{extras} tok/s {st.tokens / st.seconds:.0f}",
         )
         rate = st.tokens / st.seconds
-        self._row({"step": n, "loss": st.loss, "lr": st.lr, **st.extras, "tokens_per_s": rate, "tokens": st.tokens, "seconds": st.seconds})
+        self._row(
+            {
+                "step": n,
+                "loss": st.loss,
+                "lr": st.lr,
+                **st.extras,
+                "tokens_per_s": rate,
+                "tokens": st.tokens,
+                "seconds": st.seconds,
+            }
+        )
 
     def eval(self, n: int, loss: float) -> None:
         log(self.ctx, f"eval step {n}: eval_loss {loss:.6f}")

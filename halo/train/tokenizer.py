@@ -140,6 +140,11 @@ class ChatTokenizer:
         self.hf.save_pretrained(str(folder))
 
 
+def mask_note(what: str, shown: str) -> str:
+    """One line for the log and --dry-run: a rendered example with its trained-on spans."""
+    return f"{what} example 1 (trained-on text in [[...]]): {shown!r}"
+
+
 def load(source: str, chat_template: Path | None = None) -> ChatTokenizer:
     """A tokenizer from a folder or a cached Hub id; ``chat_template`` replaces its template."""
     from transformers import AutoTokenizer

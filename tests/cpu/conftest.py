@@ -23,31 +23,27 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 TOKENIZER = EXAMPLES / "tokenizer"
 
-# Tiny models of two families, fresh from a config. head_dim 64: vLLM's CPU attention needs it.
-TINY = {
-    "llama": {
-        "model_type": "llama",
-        "hidden_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "head_dim": 64,
-        "intermediate_size": 256,
-        "max_position_embeddings": 128,
-        "tie_word_embeddings": True,
-    },
-    "qwen3": {
-        "model_type": "qwen3",
-        "hidden_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "head_dim": 64,
-        "intermediate_size": 256,
-        "max_position_embeddings": 128,
-        "tie_word_embeddings": False,
-    },
-}
+# Tiny models of two families, as examples/make_tokenizer.py writes them (head_dim 64, as
+# vLLM's CPU attention needs); the tests build them fresh from these fields.
+ARCH = (
+    "model_type",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "max_position_embeddings",
+    "tie_word_embeddings",
+)
+
+
+def _tiny(name: str) -> dict[str, Any]:
+    conf = json.loads((EXAMPLES / "models" / name / "config.json").read_text())
+    return {k: conf[k] for k in ARCH}
+
+
+TINY = {"llama": _tiny("tiny-llama"), "qwen3": _tiny("tiny-qwen3")}
 
 
 def halo_env(**extra: str) -> dict[str, str]:

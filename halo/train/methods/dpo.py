@@ -20,7 +20,7 @@ from halo.train import data, formats
 from halo.train.config import Config, Dpo, Source
 from halo.train.model import batch_logprobs
 from halo.train.state import Batch, Method
-from halo.train.tokenizer import ChatTokenizer, Rendered
+from halo.train.tokenizer import ChatTokenizer, Rendered, mask_note
 
 
 @dataclass(frozen=True)
@@ -87,14 +87,12 @@ def make(d: Dpo) -> tuple[Any, Any]:
 
 
 def describe(cfg: Config, tok: ChatTokenizer) -> list[str]:
-    lines = []
-    for src in cfg.data.sources():
-        ((row, where),) = data.source_examples(src, parse, limit=1)
-        c, _ = renders(tok, row, where)
-        lines.append(
-            f"preference/dpo: chosen of {src.path.name} example 1 (scored text in [[...]]): {tok.show_mask(c)!r}"
+    return [
+        mask_note(
+            f"preference/dpo: chosen of {src.path.name}", tok.show_mask(renders(tok, row, where)[0])
         )
-    return lines
+        for src, (row, where) in data.first_examples(cfg.data, parse)
+    ]
 
 
 def build(cfg: Config, tok: ChatTokenizer) -> Method:

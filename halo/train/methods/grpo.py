@@ -30,7 +30,7 @@ from halo.train import data, formats
 from halo.train.config import Config, Grpo, Source
 from halo.train.model import batch_logprobs
 from halo.train.state import Batch, Method, StepStats, Trainer
-from halo.train.tokenizer import ChatTokenizer, Rendered
+from halo.train.tokenizer import ChatTokenizer, Rendered, mask_note
 
 
 @dataclass(frozen=True)
@@ -198,15 +198,13 @@ def policy_update(tr: Trainer, rollouts: list[formats.GroupRow]) -> StepStats:
 
 
 def describe(cfg: Config, tok: ChatTokenizer) -> list[str]:
-    lines = []
-    for src in cfg.data.sources():
-        ((row, where),) = data.source_examples(src, parse, limit=1)
-        shown = tok.show_mask(render(tok, row, row.completions[0], where))
-        lines.append(
-            f"offline-grpo: completion 1 of {src.path.name} example 1 "
-            f"(trained-on text in [[...]]): {shown!r}"
+    return [
+        mask_note(
+            f"offline-grpo: completion 1 of {src.path.name}",
+            tok.show_mask(render(tok, row, row.completions[0], where)),
         )
-    return lines
+        for src, (row, where) in data.first_examples(cfg.data, parse)
+    ]
 
 
 def build(cfg: Config, tok: ChatTokenizer) -> Method:

@@ -17,7 +17,7 @@ from halo.train import data, formats
 from halo.train.config import Config, Source
 from halo.train.model import batch_logprobs
 from halo.train.state import Batch, Method
-from halo.train.tokenizer import ChatTokenizer
+from halo.train.tokenizer import ChatTokenizer, mask_note
 
 
 def parse(row: dict[str, Any], fmt: str, src: Source, where: str) -> formats.Chat:
@@ -55,13 +55,10 @@ def loss(
 
 def describe(cfg: Config, tok: ChatTokenizer) -> list[str]:
     """The loss mask of the first example of each source (trained-on text in [[...]])."""
-    lines = []
-    for src in cfg.data.sources():
-        (first,) = data.source_examples(src, parse, limit=1)
-        lines.append(
-            f"sft: loss mask of {src.path.name} example 1 (trained-on text in [[...]]): {tok.show_mask(render(tok, first))!r}"
-        )
-    return lines
+    return [
+        mask_note(f"sft: loss mask of {src.path.name}", tok.show_mask(render(tok, chat)))
+        for src, chat in data.first_examples(cfg.data, parse)
+    ]
 
 
 def build(cfg: Config, tok: ChatTokenizer) -> Method:
