@@ -80,7 +80,7 @@ def _pass(
 
 def step(tr: Trainer, items: list[Any]) -> StepStats:
     """One optimizer step (``updates_per_batch`` passes) on this process's share of a batch."""
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     ctx, method = tr.ctx, tr.method
     batches = [
         _to(method.collate(mb), ctx.device)
@@ -106,7 +106,8 @@ def step(tr: Trainer, items: list[Any]) -> StepStats:
     )
     mean = {k: sum(e[k] for e in extras) / len(extras) for k in extras[0]}
     lr = tr.scheduler.get_last_lr()[0]
-    return StepStats(sum(losses) / len(losses), mean, tokens, time.monotonic() - t0, lr)
+    loss = sum(losses) / len(losses)
+    return StepStats(loss, mean, tokens, time.monotonic() - t0, lr, time.process_time() - c0)
 
 
 def evaluate(tr: Trainer, items: list[Any]) -> float:
@@ -161,6 +162,7 @@ class Metrics:
                 "tokens_per_s": rate,
                 "tokens": st.tokens,
                 "seconds": st.seconds,
+                "cpu_seconds": st.cpu_seconds,
             }
         )
 

@@ -83,6 +83,9 @@ class StepStats:
     tokens: int
     seconds: float
     lr: float
+    # CPU time of this process during the step: on a shared machine, wall time also counts
+    # the neighbours' work; the benchmark compares this too.
+    cpu_seconds: float = 0.0
 
 
 @dataclass
