@@ -87,6 +87,20 @@ def save(
     return path
 
 
+def export_model(tr: Trainer, out: Path) -> Path | None:
+    """The current policy as a Hugging Face folder at ``out`` (collective; rank 0 writes it,
+    complete or absent). What online GRPO serves after each update."""
+    from halo.atomic import staged_dir
+
+    msd = distributed.model_state(tr.model)
+    if tr.ctx.is_main:
+        with staged_dir(out) as tmp:
+            export.write_hf(tmp, msd, tr.conf, tr.tok)
+            tmp.chmod(0o755)
+    tr.ctx.barrier()
+    return out if tr.ctx.is_main else None
+
+
 def pick(job_dir: Path, ctx: distributed.Context) -> checkpoint.Found | None:
     """The newest checkpoint that passes its check; the failing ones are set aside."""
     for found in reversed(checkpoint.named(job_dir)):

@@ -335,3 +335,37 @@ def test_launcher_commands() -> None:
     assert (
         launcher.plan(spec, cfg, cfg_path, 2, [], "/py", False).env["CUDA_VISIBLE_DEVICES"] == "0,1"
     )
+
+
+def test_grpo_policy_update_is_reusable_on_rollouts_and_exports_for_serving(tmp_path: Path) -> None:
+    """What online GRPO calls: a Trainer, one update on (prompt, completions, rewards), an export."""
+    from transformers import AutoModelForCausalLM
+
+    from halo.train import distributed, saving, setup
+    from halo.train.methods import grpo
+
+    cfg = config.load(EXAMPLES / "grpo" / "config.yaml", "offline-grpo", [
+        f"--runtime.paths.checkpoints={tmp_path / 'ck'}", "--model.activation_checkpointing=true",
+    ])  # fmt: skip
+    tok = setup.load_tokenizer(cfg)
+    method = grpo.method(cfg, tok, items=[])
+    tr = setup.setup(cfg, method, tok, distributed.Context(0, 1, 0, torch.device("cpu")), 10)
+    assert tr.model.is_gradient_checkpointing
+    before = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    rollouts = [
+        formats.GroupRow(
+            [{"role": "user", "content": "What is 2 + 2?"}], ["4", "5", "22"], [1.0, 0.0, 0.0]
+        ),
+        formats.GroupRow(
+            [{"role": "user", "content": "What is 1 + 3?"}], ["4", "13", "2"], [1.0, 0.0, 0.0]
+        ),
+    ]
+    stats = grpo.policy_update(tr, rollouts * 2)  # global batch: 4 groups
+    assert tr.step == 1 and stats.tokens > 0 and stats.extras["clip_frac"] == 0.0
+    out = saving.export_model(tr, tmp_path / "served")
+    assert out is not None
+    loaded = AutoModelForCausalLM.from_pretrained(str(out))
+    changed = [
+        k for k, v in loaded.state_dict().items() if k in before and not torch.equal(v, before[k])
+    ]
+    assert changed
