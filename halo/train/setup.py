@@ -92,7 +92,9 @@ def setup(
     log(ctx, f"attention: {choice.backend} ({choice.reason})")
     conf = hf.hf_config(cfg.model, tok)
     policy, ref = models(cfg, conf, choice.backend, ctx, mode, bf16, method.needs_reference)
-    optim, scheduler = optimizer.make(cfg.optim, policy, total_steps * method.updates_per_batch)
+    optim, scheduler = optimizer.make(
+        cfg.optim, policy, total_steps * method.updates_per_batch, fused=mode != "fsdp"
+    )
     # FSDP casts through its mixed-precision policy; otherwise autocast does.
     autocast = (
         torch.autocast(ctx.device.type, dtype=torch.bfloat16)
