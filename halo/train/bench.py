@@ -178,17 +178,20 @@ def main(argv: list[str] | None = None) -> int:
     r = measure(args.config, args.repeats)
     if args.json:
         print(json.dumps(r))
-    else:
-        print(
-            table(
-                ["trainer", "tokens/s (median)"],
-                [
-                    ["halo launch sft (packing)", f"{r['halo_tokens_per_s']:.0f}"],
-                    ["TRL SFTTrainer", f"{r['trl_tokens_per_s']:.0f}"],
-                ],
-            )
-        )
-        print(f"ratio: {r['ratio']:.2f}x (goal >= {GOAL}x, floor >= {FLOOR}x)")
+        return 0 if r["ratio"] >= FLOOR else 1
+    rows = [
+        [
+            "halo launch sft (packing)",
+            f"{r['halo_tokens_per_s']:.0f}",
+            f"{r['halo_tokens_per_cpu_s']:.0f}",
+        ],
+        ["TRL SFTTrainer", f"{r['trl_tokens_per_s']:.0f}", f"{r['trl_tokens_per_cpu_s']:.0f}"],
+    ]
+    print(table(["trainer", "tokens/s (wall)", "tokens per CPU-s"], rows))
+    print(
+        f"ratio: {r['ratio']:.2f}x per CPU second ({r['ratio_wall']:.2f}x wall); "
+        f"goal >= {GOAL}x, floor >= {FLOOR}x"
+    )
     return 0 if r["ratio"] >= FLOOR else 1
 
 

@@ -29,6 +29,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HaloError as exc:
         print(f"halo: error: {exc.message}", file=sys.stderr, flush=True)
         return exc.exit_code
+    finally:
+        stop.done()
 
 
 def run(method_name: str, config_path: Path, extra: list[str], stop: StopFlag) -> int:

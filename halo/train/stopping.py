@@ -37,6 +37,13 @@ class StopFlag:
             signal.signal(s, self._handle)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
 
+    def done(self) -> None:
+        """Ignore later signals while the process exits: at interpreter shutdown Python puts
+        the default (fatal) action back for signals with a Python handler, so a scheduler's
+        third SIGTERM would otherwise kill a run that already saved and finished."""
+        for s in SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+
     def _handle(self, signum: int, frame: Any) -> None:
         # No printing here: a handler that writes while the loop writes can raise in the
         # middle of a print (a reentrant buffered write).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -248,18 +249,12 @@ def test_hf_cache_seed_places_verified_files_transformers_can_read(tmp_path: Pat
     assert tok.chat_template and "generation" in tok.chat_template
     # A file whose bytes do not match its pin is refused and not placed.
     bad = tmp_path / "list.toml"
-    text = (
-        (EXAMPLES / "hf-cache.toml")
-        .read_text()
-        .replace('local = "models/', f'local = "{EXAMPLES}/models/')
-    )
-    bad.write_text(
-        text.replace("tiny-llama", "tiny-other", 1).replace(
-            '"config.json" = "c', '"config.json" = "d', 1
-        )
-    )
-    with pytest.raises(HaloError, match="not placed in the cache"):
+    text = (EXAMPLES / "hf-cache.toml").read_text().replace('local = "', f'local = "{EXAMPLES}/')
+    text = re.sub(r'"config.json" = "[0-9a-f]{64}"', '"config.json" = "' + "0" * 64 + '"', text)
+    bad.write_text(text)
+    with pytest.raises(HaloError, match=r"config.json: sha256 .* expected 0{64}; not placed"):
         hfcache.seed(bad, None, tmp_path / "other")
+    assert not list((tmp_path / "other").rglob("config.json"))
 
 
 def test_sharded_export_loads_in_transformers(tmp_path: Path, tokenizer: Any) -> None:
