@@ -9,7 +9,7 @@ import pytest
 from halo.errors import HaloError
 from halo.train import config, overrides
 
-from .conftest import EXAMPLES, run_halo
+from .conftest import EXAMPLES, outputs, run_halo
 
 pytestmark = pytest.mark.cpu
 
@@ -122,8 +122,8 @@ def test_out_of_range_and_non_finite_values_are_refused(override: str, expected:
 def test_non_utf8_dataset_line_is_one_error(tmp_path: Path) -> None:
     data = tmp_path / "d.jsonl"
     data.write_bytes(b'{"messages": [{"role": "user", "content": "\xfe"}]}\n')
-    r = run_halo("launch", "sft", str(EXAMPLES / "sft" / "config.yaml"), "--", f"--data.train={data}",
-                 f"--runtime.paths.checkpoints={tmp_path / 'ck'}")  # fmt: skip
+    cfg = str(EXAMPLES / "sft" / "config.yaml")
+    r = run_halo("launch", "sft", cfg, "--", f"--data.train={data}", *outputs(tmp_path))
     assert r.returncode == 2
     assert f"halo: error: {data}: not UTF-8 text (byte 0xfe" in r.stderr
     assert "Traceback" not in r.stderr
