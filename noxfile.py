@@ -168,11 +168,10 @@ def example(session: nox.Session) -> None:
 # session's own venv carries it (uv links torch from its cache, so the copy costs little disk).
 BENCH_TRAINER = (
     "torch==2.11.0",
-    "transformers==5.24.0",
+    "transformers==5.12.1",
     "trl==1.16.0",
     "datasets==5.2.0",
     "accelerate==1.15.0",
-    "pyarrow==24.0.0",
 )
 
 
