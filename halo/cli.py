@@ -21,7 +21,8 @@ COMMAND_MODULES = (
     "halo.images.cli",
     "halo.patching.cli",
     "halo.testing.cli",
-    "halo.ci.cli",
+    "halo.workflow.cli",
+    "halo.devtools.cli",
     "halo.train.cli",
 )
 

@@ -1,0 +1,244 @@
+"""Moving images by digest: a local image out of docker into a registry, and registry to registry.
+
+`docker push` needs a tag and compresses as it likes; here a local image is read from
+`docker save` (the config exactly as docker holds it, so the image ID is kept), each layer
+is gzip-compressed deterministically (no timestamp or name in the header), checked against
+the config's diff_ids, and uploaded; the manifest is then PUT by its digest. No tag is
+involved: tags are set afterwards, by `halo.images.publish`, on a digest already there.
+
+What was exported for an image ID is remembered (manifest and config, in the cache), so
+pushing the same image again, once its blobs are at the destination, reads nothing from
+docker.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import subprocess
+import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from halo.atomic import write_bytes
+from halo.errors import HaloError
+from halo.registry.client import OCI_MANIFEST, Manifest, Registry, sha256_digest
+from halo.registry.refs import Repo
+
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+OCI_LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
+GZIP_LEVEL = 6
+_CHUNK = 1 << 20
+_SMALL = 1 << 20  # members this small stay in memory (configs, metadata)
+
+
+@dataclass(frozen=True)
+class Layer:
+    diff_id: str
+    digest: str
+    size: int
+    path: Path
+
+
+@dataclass(frozen=True)
+class LocalImage:
+    config: bytes
+    layers: tuple[Layer, ...]
+
+    @property
+    def image_id(self) -> str:
+        return sha256_digest(self.config)
+
+
+def manifest_for(
+    config: bytes, layers: list[tuple[str, int]], annotations: dict[str, str]
+) -> Manifest:
+    """An OCI image manifest, serialised the same way every time (sorted keys, no spaces)."""
+    doc: dict[str, Any] = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": OCI_CONFIG, "digest": sha256_digest(config), "size": len(config)},
+        "layers": [{"mediaType": OCI_LAYER_GZIP, "digest": d, "size": s} for d, s in layers],
+    }
+    if annotations:
+        doc["annotations"] = dict(sorted(annotations.items()))
+    return Manifest(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode(), OCI_MANIFEST)
+
+
+class _Hashing:
+    """A write-only file that hashes and counts what passes through it."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self.out, self.sha, self.size = out, hashlib.sha256(), 0
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        self.size += len(data)
+        return self.out.write(data)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+def _compress(src: IO[bytes], dest: Path) -> tuple[str, str, int]:
+    """gzip ``src`` into ``dest``; returns (diff_id, digest, size)."""
+    raw = hashlib.sha256()
+    with dest.open("wb") as fh:
+        sink = _Hashing(fh)
+        with gzip.GzipFile(
+            filename="", mode="wb", compresslevel=GZIP_LEVEL, fileobj=sink, mtime=0
+        ) as gz:  # type: ignore[arg-type]
+            while chunk := src.read(_CHUNK):
+                raw.update(chunk)
+                gz.write(chunk)
+    return "sha256:" + raw.hexdigest(), "sha256:" + sink.sha.hexdigest(), sink.size
+
+
+def export_image(
+    docker_exe: str, ref: str, workdir: Path, progress: Callable[[str], None]
+) -> LocalImage:
+    """Stream `docker save REF`, compressing every layer into ``workdir``."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    small: dict[str, bytes] = {}
+    big: dict[str, tuple[str, str, int, Path]] = {}
+    proc = subprocess.Popen(
+        [docker_exe, "save", ref], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    try:
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                src = tar.extractfile(member)
+                assert src is not None
+                if member.size <= _SMALL and not member.name.endswith("layer.tar"):
+                    small[member.name] = src.read()
+                    continue
+                progress(f"compressing a layer of {ref} ({member.size / 2**20:,.0f} MiB)")
+                dest = workdir / f"layer-{len(big)}.tar.gz"
+                big[member.name] = (*_compress(src, dest), dest)
+    except tarfile.TarError as exc:
+        raise HaloError(f"docker save {ref}: unreadable archive ({exc})") from None
+    finally:
+        proc.stdout.close()
+        err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+        if proc.wait() != 0:
+            raise HaloError(
+                f"docker save {ref}: failed: {err.splitlines()[-1] if err else proc.returncode}"
+            )
+    try:
+        entry = json.loads(small["manifest.json"])[0]
+        config = small[entry["Config"]]
+        names = list(entry["Layers"])
+    except (KeyError, IndexError, ValueError, TypeError):
+        raise HaloError(
+            f"docker save {ref}: no manifest.json naming a config and its layers"
+        ) from None
+    for name in names:  # tiny layers (an empty WORKDIR, a small COPY) were kept in memory
+        if name not in big and name in small:
+            dest = workdir / f"layer-{len(big)}.tar.gz"
+            big[name] = (*_compress(io.BytesIO(small[name]), dest), dest)
+    diff_ids = json.loads(config)["rootfs"]["diff_ids"]
+    layers = tuple(Layer(*big[n][:3], big[n][3]) for n in names)
+    if [layer.diff_id for layer in layers] != diff_ids:
+        raise HaloError(f"docker save {ref}: its layers do not match the image's diff_ids")
+    return LocalImage(config, layers)
+
+
+@dataclass(frozen=True)
+class ExportCache:
+    """image ID → the manifest its layers compressed to: lets a repeated push skip docker."""
+
+    root: Path
+
+    def _path(self, image_id: str) -> Path:
+        return self.root / f"{image_id.removeprefix('sha256:')}.json"
+
+    def get(self, image_id: str) -> tuple[bytes, list[tuple[str, int]]] | None:
+        try:
+            data = json.loads(self._path(image_id).read_text())
+            config = bytes.fromhex(data["config"])
+            layers = [(str(d), int(s)) for d, s in data["layers"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return (config, layers) if sha256_digest(config) == image_id else None
+
+    def put(self, image: LocalImage) -> None:
+        data = {"config": image.config.hex(), "layers": [[x.digest, x.size] for x in image.layers]}
+        write_bytes(self._path(image.image_id), json.dumps(data).encode())
+
+
+def push_local(
+    registry: Registry,
+    repo: Repo,
+    docker_exe: str,
+    ref: str,
+    image_id: str,
+    annotations: dict[str, str],
+    workdir: Path,
+    cache: ExportCache,
+    progress: Callable[[str], None],
+) -> tuple[Manifest, int]:
+    """Push the local image ``ref`` (whose ID is ``image_id``) by digest; no tag is touched.
+
+    Returns the manifest stored and how many blobs had to be uploaded.
+    """
+    known = cache.get(image_id)
+    if known and all(registry.has_blob(repo, d) for d, _ in known[1]):
+        config, layers = known
+        uploaded = 0
+    else:
+        image = export_image(docker_exe, ref, workdir, progress)
+        if image.image_id != image_id:
+            raise HaloError(
+                f"{ref}: changed while it was exported ({image.image_id[:19]}, not {image_id[:19]})"
+            )
+        uploaded = 0
+        for layer in image.layers:
+            if not registry.has_blob(repo, layer.digest):
+                progress(f"uploading {layer.digest[:19]} ({layer.size / 2**20:,.0f} MiB) to {repo}")
+                with layer.path.open("rb") as fh:
+                    registry.upload_blob(repo, layer.digest, layer.size, fh)
+                uploaded += 1
+        cache.put(image)
+        config, layers = image.config, [(x.digest, x.size) for x in image.layers]
+    config_digest = sha256_digest(config)
+    if not registry.has_blob(repo, config_digest):
+        registry.upload_blob(repo, config_digest, len(config), io.BytesIO(config))
+        uploaded += 1
+    manifest = manifest_for(config, layers, annotations)
+    registry.put_manifest(repo, manifest.digest, manifest)
+    return manifest, uploaded
+
+
+def copy_image(
+    src: Registry,
+    src_repo: Repo,
+    dst: Registry,
+    dst_repo: Repo,
+    manifest: Manifest,
+    progress: Callable[[str], None],
+) -> int:
+    """Make ``manifest`` and its blobs exist in ``dst_repo`` under its digest; returns blobs moved."""
+    moved = 0
+    for desc in manifest.blobs():
+        digest, size = str(desc["digest"]), int(desc["size"])
+        if dst.has_blob(dst_repo, digest):
+            continue
+        location = None
+        if src.host == dst.host:
+            location = dst.mount_blob(dst_repo, digest, src_repo)
+            if location is None:
+                moved += 1
+                continue
+        progress(f"copying {digest[:19]} ({size / 2**20:,.0f} MiB) {src_repo} → {dst_repo}")
+        with src.open_blob(src_repo, digest) as resp:
+            dst.upload_blob(dst_repo, digest, size, resp, location)
+        moved += 1
+    dst.put_manifest(dst_repo, manifest.digest, manifest)
+    return moved
