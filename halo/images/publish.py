@@ -64,29 +64,30 @@ class Facts:
     """What an image config says about itself, reduced to what decides "same image"."""
 
     input_hash: str
-    content: str
+    runtime: str  # entrypoint, env, user, labels…: everything but the files and build times
+    diff_ids: tuple[str, ...]
 
     @classmethod
     def of(cls, config: bytes, where: str) -> Facts:
         try:
             doc = json.loads(config)
-            runtime = dict(doc.get("config") or {})
-        except (ValueError, AttributeError):
-            raise HaloError(f"{where}: its image config is not JSON") from None
-        labels = dict(runtime.get("Labels") or {})
+            labels = dict((doc.get("config") or {}).get("Labels") or {})
+            diff_ids = tuple(str(d) for d in (doc.get("rootfs") or {}).get("diff_ids") or ())
+        except (ValueError, AttributeError, TypeError):
+            raise HaloError(f"{where}: its image config is not an image config") from None
         input_hash = str(labels.get(INPUT_LABEL, ""))
         if not _HASH.match(input_hash):
             raise HaloError(
                 f"{where}: has no {INPUT_LABEL} label; only images built by halo are published"
             )
-        return cls(input_hash, content_identity(doc))
+        return cls(input_hash, runtime_identity(doc), diff_ids)
 
 
-def content_identity(config: dict[str, Any]) -> str:
-    """The hash of what a container of this image is: its layers' content and runtime config.
+def runtime_identity(config: dict[str, Any]) -> str:
+    """The hash of how a container of this image runs: entrypoint, env, user, labels…
 
-    Creation time, history and provenance labels are left out; everything a container sees
-    (files, by diff_id; entrypoint, env, user, workdir, labels…) is in.
+    Creation time, history and provenance labels are left out; the files are compared
+    separately (by diff_id, or by fingerprint where the layers' timestamps differ).
     """
     runtime = {k: v for k, v in (config.get("config") or {}).items() if v not in (None, "", [], {})}
     labels = {
@@ -99,9 +100,35 @@ def content_identity(config: dict[str, Any]) -> str:
             "variant": config.get("variant"),
             "runtime": runtime,
             "labels": labels,
-            "diff_ids": (config.get("rootfs") or {}).get("diff_ids"),
         }
     )
+
+
+def same_image(
+    ours: Facts,
+    theirs: Facts,
+    fingerprints: Callable[[int], tuple[str, str]],
+    progress: Progress,
+) -> str | None:
+    """None when both are the same image; else why not (one phrase).
+
+    ``fingerprints(i)`` gives layer i's file fingerprints (ours, theirs); it is asked only
+    for layers whose diff_ids differ, which happens when a build is not reproducible.
+    """
+    if theirs.input_hash != ours.input_hash:
+        return f"input hash {theirs.input_hash[:12]}"
+    if theirs.runtime != ours.runtime:
+        return "another runtime config under the same input-hash label"
+    if len(theirs.diff_ids) != len(ours.diff_ids):
+        return "other layers under the same input-hash label"
+    for i, (a, b) in enumerate(zip(ours.diff_ids, theirs.diff_ids, strict=True)):
+        if a == b:
+            continue
+        progress(f"layer {i}: diff_ids differ ({a[:19]}, {b[:19]}); comparing the files")
+        mine, other = fingerprints(i)
+        if mine != other:
+            return f"other files in layer {i} under the same input-hash label"
+    return None
 
 
 @dataclass(frozen=True)
@@ -148,15 +175,18 @@ def promote(image: Image, source: str, registry: str, progress: Progress) -> Pub
         target, state = there, "already published"
     else:
         theirs = Facts.of(_config(dst_reg, dest, there), dest.ref(immutable_tag))
-        if theirs != ours:
-            why = (
-                f"input hash {theirs.input_hash[:12]}"
-                if theirs.input_hash != ours.input_hash
-                else "other content under the same input-hash label"
+
+        def fingerprints(i: int) -> tuple[str, str]:
+            return (
+                _fingerprint(src_reg, src.repo, manifest, i),
+                _fingerprint(dst_reg, dest, there, i),
             )
+
+        why = same_image(ours, theirs, fingerprints, progress)
+        if why is not None:
             raise HaloError(
-                f"{dest.ref(immutable_tag)}: holds {there.digest[:19]} ({why}), not {src.digest[:19] if src.digest else ''}; "
-                "an immutable tag is never moved"
+                f"{dest.ref(immutable_tag)}: holds {there.digest[:19]} ({why}), not "
+                f"{manifest.digest[:19]}; an immutable tag is never moved"
             )
         target, state = there, "already published"
     current = dst_reg.get_manifest(dest, image.tag)
@@ -172,6 +202,14 @@ def promote(image: Image, source: str, registry: str, progress: Progress) -> Pub
     return Published(
         image, dest.ref(immutable_tag), dest.ref(image.tag), target.digest, state, moving_updated
     )
+
+
+def _fingerprint(registry: Registry, repo: Repo, manifest: Manifest, index: int) -> str:
+    from halo.registry.layers import layer_fingerprint
+
+    digest = str(manifest.blobs()[1 + index]["digest"])
+    with registry.open_blob(repo, digest) as blob:
+        return layer_fingerprint(blob)
 
 
 def copy_if_needed(

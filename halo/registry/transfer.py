@@ -31,7 +31,7 @@ from halo.registry.refs import Repo
 
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 OCI_LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
-GZIP_LEVEL = 6
+GZIP_LEVEL = 1  # measured: 3x faster than 6, 2 % larger; the registry stores what we send
 _CHUNK = 1 << 20
 _SMALL = 1 << 20  # members this small stay in memory (configs, metadata)
 
