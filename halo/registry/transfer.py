@@ -41,7 +41,7 @@ class Layer:
     diff_id: str
     digest: str
     size: int
-    path: Path
+    path: Path | None  # None: the compressed blob is already at the destination
 
 
 @dataclass(frozen=True)
@@ -98,13 +98,31 @@ def _compress(src: IO[bytes], dest: Path) -> tuple[str, str, int]:
     return "sha256:" + raw.hexdigest(), "sha256:" + sink.sha.hexdigest(), sink.size
 
 
+def _read_raw(src: IO[bytes], dest: Path) -> str:
+    sha = hashlib.sha256()
+    with dest.open("wb") as fh:
+        while chunk := src.read(_CHUNK):
+            sha.update(chunk)
+            fh.write(chunk)
+    return "sha256:" + sha.hexdigest()
+
+
+Reuse = Callable[[str], tuple[str, int] | None]
+
+
 def export_image(
-    docker_exe: str, ref: str, workdir: Path, progress: Callable[[str], None]
+    docker_exe: str, ref: str, workdir: Path, progress: Callable[[str], None], reuse: Reuse
 ) -> LocalImage:
-    """Stream `docker save REF`, compressing every layer into ``workdir``."""
+    """Stream `docker save REF`; compress each layer into ``workdir`` unless ``reuse`` knows it.
+
+    ``reuse(diff_id)`` names a compressed blob (digest, size) already at the destination;
+    hashing a layer is ten times faster than compressing it, so a layer another image
+    already published (the base, a cached stack) costs only its read.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     small: dict[str, bytes] = {}
-    big: dict[str, tuple[str, str, int, Path]] = {}
+    big: dict[str, Layer] = {}
+
     proc = subprocess.Popen(
         [docker_exe, "save", ref], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
@@ -119,9 +137,8 @@ def export_image(
                 if member.size <= _SMALL and not member.name.endswith("layer.tar"):
                     small[member.name] = src.read()
                     continue
-                progress(f"compressing a layer of {ref} ({member.size / 2**20:,.0f} MiB)")
-                dest = workdir / f"layer-{len(big)}.tar.gz"
-                big[member.name] = (*_compress(src, dest), dest)
+                raw = workdir / f"raw-{len(big)}.tar"
+                big[member.name] = _layer(src, raw, reuse, progress, member.size)
     except tarfile.TarError as exc:
         raise HaloError(f"docker save {ref}: unreadable archive ({exc})") from None
     finally:
@@ -141,36 +158,65 @@ def export_image(
         ) from None
     for name in names:  # tiny layers (an empty WORKDIR, a small COPY) were kept in memory
         if name not in big and name in small:
-            dest = workdir / f"layer-{len(big)}.tar.gz"
-            big[name] = (*_compress(io.BytesIO(small[name]), dest), dest)
+            raw = workdir / f"raw-{len(big)}.tar"
+            big[name] = _layer(io.BytesIO(small[name]), raw, reuse, progress, len(small[name]))
     diff_ids = json.loads(config)["rootfs"]["diff_ids"]
-    layers = tuple(Layer(*big[n][:3], big[n][3]) for n in names)
+    layers = tuple(big[n] for n in names)
     if [layer.diff_id for layer in layers] != diff_ids:
         raise HaloError(f"docker save {ref}: its layers do not match the image's diff_ids")
     return LocalImage(config, layers)
 
 
+def _layer(
+    src: IO[bytes], raw: Path, reuse: Reuse, progress: Callable[[str], None], size: int
+) -> Layer:
+    diff_id = _read_raw(src, raw)
+    try:
+        if known := reuse(diff_id):
+            return Layer(diff_id, known[0], known[1], None)
+        progress(f"compressing layer {diff_id[:19]} ({size / 2**20:,.0f} MiB)")
+        gz = raw.with_suffix(".tar.gz")
+        with raw.open("rb") as fh:
+            _, digest, gz_size = _compress(fh, gz)
+        return Layer(diff_id, digest, gz_size, gz)
+    finally:
+        raw.unlink(missing_ok=True)
+
+
 @dataclass(frozen=True)
 class ExportCache:
-    """image ID → the manifest its layers compressed to: lets a repeated push skip docker."""
+    """What earlier pushes compressed: image ID → manifest parts, diff_id → compressed blob.
+
+    Hints only: a blob named here is used only where the destination has it, and the
+    registry checks every digest it stores.
+    """
 
     root: Path
 
-    def _path(self, image_id: str) -> Path:
-        return self.root / f"{image_id.removeprefix('sha256:')}.json"
+    def _path(self, kind: str, digest: str) -> Path:
+        return self.root / kind / f"{digest.removeprefix('sha256:')}.json"
 
     def get(self, image_id: str) -> tuple[bytes, list[tuple[str, int]]] | None:
         try:
-            data = json.loads(self._path(image_id).read_text())
+            data = json.loads(self._path("images", image_id).read_text())
             config = bytes.fromhex(data["config"])
             layers = [(str(d), int(s)) for d, s in data["layers"]]
         except (OSError, ValueError, KeyError, TypeError):
             return None
         return (config, layers) if sha256_digest(config) == image_id else None
 
+    def layer(self, diff_id: str) -> tuple[str, int] | None:
+        try:
+            digest, size = json.loads(self._path("layers", diff_id).read_text())
+            return str(digest), int(size)
+        except (OSError, ValueError, TypeError):
+            return None
+
     def put(self, image: LocalImage) -> None:
         data = {"config": image.config.hex(), "layers": [[x.digest, x.size] for x in image.layers]}
-        write_bytes(self._path(image.image_id), json.dumps(data).encode())
+        write_bytes(self._path("images", image.image_id), json.dumps(data).encode())
+        for x in image.layers:
+            write_bytes(self._path("layers", x.diff_id), json.dumps([x.digest, x.size]).encode())
 
 
 def push_local(
@@ -193,14 +239,19 @@ def push_local(
         config, layers = known
         uploaded = 0
     else:
-        image = export_image(docker_exe, ref, workdir, progress)
+
+        def reuse(diff_id: str) -> tuple[str, int] | None:
+            hit = cache.layer(diff_id)
+            return hit if hit and registry.has_blob(repo, hit[0]) else None
+
+        image = export_image(docker_exe, ref, workdir, progress, reuse)
         if image.image_id != image_id:
             raise HaloError(
                 f"{ref}: changed while it was exported ({image.image_id[:19]}, not {image_id[:19]})"
             )
         uploaded = 0
         for layer in image.layers:
-            if not registry.has_blob(repo, layer.digest):
+            if layer.path is not None and not registry.has_blob(repo, layer.digest):
                 progress(f"uploading {layer.digest[:19]} ({layer.size / 2**20:,.0f} MiB) to {repo}")
                 with layer.path.open("rb") as fh:
                     registry.upload_blob(repo, layer.digest, layer.size, fh)
