@@ -9,6 +9,8 @@ METHOD ?= sft
 NPROC ?= 8
 IMAGE ?= halo:blackwell
 EXTRA ?=
+# Where the tiers' and jobs' /scratch lives (halo.paths.scratch_root).
+SCRATCH = $(or $(HALO_SCRATCH),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/halo/scratch)
 # make push-public-*: where (default $HALO_REGISTRY, e.g. public.ecr.aws/ALIAS).
 REGISTRY ?=
 
@@ -83,8 +85,9 @@ ci-render: ## regenerate the CI workflow from ci/matrix.yaml
 train: ## train inside IMAGE: CONFIG=… [METHOD=sft NPROC=8 IMAGE=halo:blackwell EXTRA="--k=v …"]
 	$(if $(CONFIG),,$(error make train: CONFIG=path/to/config.yaml is required))
 	$(shell $(HALO) run --print $(IMAGE) -- halo launch $(METHOD) $(CONFIG) --nproc $(NPROC) $(if $(EXTRA),-- $(EXTRA)) || echo false)
-seed-hf-cache: ## fill HF_HOME under HALO_SCRATCH with what the tiers read (LIST=… to choose)
-	$(HALO) hf-cache seed $(LIST)
+seed-hf-cache: ## fill the HF cache the tiers mount (HALO_SCRATCH/hf) from LIST=models.toml [FROM=dir]
+	$(if $(LIST),,$(error make seed-hf-cache: LIST=path/to/list.toml is required))
+	$(HALO) hf-cache seed $(LIST) --cache $(SCRATCH)/hf/hub $(if $(FROM),--from $(FROM))
 ecr-public-login: ## docker login to ECR Public (AWS CLI, us-east-1) for HALO_REGISTRY or REGISTRY=
 	$(HALO) image ecr-public-login $(if $(REGISTRY),--registry $(REGISTRY))
 push-public-all: ## publish every image built here, then check anonymous pulls

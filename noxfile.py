@@ -232,6 +232,7 @@ def ci(session: nox.Session) -> None:
     session.notify("pins-check")
     session.notify("lock-check", ["cpu"])
     session.notify("ci-render", ["--check"])
+    session.notify("docs")
     # build-cpu first, so the log shows the base made, the artifacts fetched and verified and
     # the offline build; the toolchain tests then find halo:cpu up to date.
     session.notify("build-cpu")

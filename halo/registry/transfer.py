@@ -196,27 +196,49 @@ class ExportCache:
     def _path(self, kind: str, digest: str) -> Path:
         return self.root / kind / f"{digest.removeprefix('sha256:')}.json"
 
-    def get(self, image_id: str) -> tuple[bytes, list[tuple[str, int]]] | None:
+    def get(self, image_id: str) -> tuple[bytes, list[tuple[str, int]], str] | None:
+        """(config, compressed layers, the repository they went to) of an image pushed before."""
         try:
             data = json.loads(self._path("images", image_id).read_text())
             config = bytes.fromhex(data["config"])
             layers = [(str(d), int(s)) for d, s in data["layers"]]
+            where = str(data["repo"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        return (config, layers) if sha256_digest(config) == image_id else None
+        return (config, layers, where) if sha256_digest(config) == image_id else None
 
-    def layer(self, diff_id: str) -> tuple[str, int] | None:
+    def layer(self, diff_id: str) -> tuple[str, int, str] | None:
+        """(digest, size, the repository it was pushed to) of a layer compressed before."""
         try:
-            digest, size = json.loads(self._path("layers", diff_id).read_text())
-            return str(digest), int(size)
+            digest, size, where = json.loads(self._path("layers", diff_id).read_text())
+            return str(digest), int(size), str(where)
         except (OSError, ValueError, TypeError):
             return None
 
-    def put(self, image: LocalImage) -> None:
-        data = {"config": image.config.hex(), "layers": [[x.digest, x.size] for x in image.layers]}
+    def put(self, image: LocalImage, repo: Repo) -> None:
+        data = {
+            "config": image.config.hex(),
+            "layers": [[x.digest, x.size] for x in image.layers],
+            "repo": str(repo),
+        }
         write_bytes(self._path("images", image.image_id), json.dumps(data).encode())
         for x in image.layers:
-            write_bytes(self._path("layers", x.diff_id), json.dumps([x.digest, x.size]).encode())
+            entry = [x.digest, x.size, str(repo)]
+            write_bytes(self._path("layers", x.diff_id), json.dumps(entry).encode())
+
+
+def _at(registry: Registry, repo: Repo, digest: str, where: str) -> bool:
+    """Is the blob in ``repo``, or could it be mounted there from ``where`` (same registry)?"""
+    if registry.has_blob(repo, digest):
+        return True
+    host, _, path = where.partition("/")
+    source = Repo(host, path)
+    return (
+        host == repo.host
+        and source != repo
+        and registry.has_blob(source, digest)
+        and registry.mount_blob(repo, digest, source) is None
+    )
 
 
 def push_local(
@@ -235,14 +257,18 @@ def push_local(
     Returns the manifest stored and how many blobs had to be uploaded.
     """
     known = cache.get(image_id)
-    if known and all(registry.has_blob(repo, d) for d, _ in known[1]):
-        config, layers = known
+    if known and all(_at(registry, repo, d, known[2]) for d, _ in known[1]):
+        config, layers, _ = known
         uploaded = 0
     else:
 
         def reuse(diff_id: str) -> tuple[str, int] | None:
+            """A layer compressed before, present here or mountable from where it went."""
             hit = cache.layer(diff_id)
-            return hit if hit and registry.has_blob(repo, hit[0]) else None
+            if hit is None:
+                return None
+            digest, size, where = hit
+            return (digest, size) if _at(registry, repo, digest, where) else None
 
         image = export_image(docker_exe, ref, workdir, progress, reuse)
         if image.image_id != image_id:
@@ -256,7 +282,7 @@ def push_local(
                 with layer.path.open("rb") as fh:
                     registry.upload_blob(repo, layer.digest, layer.size, fh)
                 uploaded += 1
-        cache.put(image)
+        cache.put(image, repo)
         config, layers = image.config, [(x.digest, x.size) for x in image.layers]
     config_digest = sha256_digest(config)
     if not registry.has_blob(repo, config_digest):

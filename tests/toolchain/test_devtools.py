@@ -45,7 +45,7 @@ def test_each_target_is_one_nox_session_or_one_halo_command() -> None:
     for target in TARGETS:
         if target == "train":
             continue
-        proc = _make("-n", target)
+        proc = _make("-n", target, "LIST=pins/hf-cache.toml")
         lines = [line for line in proc.stdout.splitlines() if line.strip()]
         assert proc.returncode == 0 and len(lines) == 1, (target, proc.stdout, proc.stderr)
         argv = shlex.split(lines[0])

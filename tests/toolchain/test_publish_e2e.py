@@ -86,6 +86,15 @@ def test_build_once_test_that_digest_publish_that_digest(
     public = halo("image", "verify-public", "cpu", "--registry", release, cwd=REPO)
     assert public.returncode == 0 and public.stdout.count("pulls anonymously") == 2, public.stderr
 
+    # From a workstation, `halo image push` is the same: by digest (the same manifest, so the
+    # same digest as staged), then both tags, then the anonymous check.
+    pushed_to = ns.registry("pushed")
+    ns.track(pushed_to, "halo")
+    pushed = halo("image", "push", "cpu", "--registry", pushed_to, "--verify-public", cwd=REPO)
+    assert pushed.returncode == 0, pushed.stderr[-2000:]
+    assert _tag_digest(pushed_to, "cpu") == digest == _tag_digest(pushed_to, immutable)
+    assert pushed.stdout.count("pulls anonymously") == 2
+
     # A second fresh build of the same inputs (no cache: what a new runner does).
     rebuilt = halo("image", "build", "cpu", "--force", cwd=REPO)
     assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
