@@ -111,19 +111,8 @@ def _promote(args: argparse.Namespace) -> int:
     return 0
 
 
-def _selected(catalog, names: list[str], all_: bool) -> list:  # type: ignore[no-untyped-def]
-    from halo.errors import HaloError
-
-    if all_:
-        return list(catalog.images.values())
-    if not names:
-        raise HaloError(
-            "halo image: name an image (or --all); known: " + ", ".join(sorted(catalog.images))
-        )
-    return [catalog.image(n) for n in names]
-
-
 def _push(args: argparse.Namespace) -> int:
+    from halo.images.cli import _selected
     from halo.images.publish import push, registry_from
 
     repo, catalog = _catalog()
@@ -136,6 +125,7 @@ def _push(args: argparse.Namespace) -> int:
 
 
 def _verify_public(args: argparse.Namespace) -> int:
+    from halo.images.cli import _selected
     from halo.images.publish import registry_from
 
     _, catalog = _catalog()

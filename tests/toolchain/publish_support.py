@@ -114,3 +114,28 @@ def small_image(
         check=True,
     )
     return out.stdout.strip()
+
+
+def push_by_digest(docker: str, ref: str, image_id: str, registry: str, name: str = "halo"):  # type: ignore[no-untyped-def]
+    """Push a local image untagged, as `halo image stage` does; returns its Manifest."""
+    import tempfile
+    from pathlib import Path
+
+    from halo.registry.client import Registry
+    from halo.registry.refs import repo_under
+    from halo.registry.transfer import ExportCache, push_local
+
+    dest = repo_under(registry, name)
+    with tempfile.TemporaryDirectory() as tmp:
+        manifest, _ = push_local(
+            Registry(dest.host),
+            dest,
+            docker,
+            ref,
+            image_id,
+            {"org.opencontainers.image.revision": "0" * 40},
+            Path(tmp),
+            ExportCache(Path(tmp) / "cache"),
+            lambda _: None,
+        )
+    return manifest

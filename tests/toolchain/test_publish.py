@@ -10,13 +10,12 @@ import base64
 import json
 import os
 import secrets
-import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from publish_support import Namespace, namespace, small_image
+from publish_support import Namespace, namespace, push_by_digest, small_image
 from support import REPO, docker_or_skip, halo
 
 from halo.errors import HaloError
@@ -26,7 +25,6 @@ from halo.images.publish import INPUT_LABEL, promote, verify_public
 from halo.registry.auth import docker_credentials
 from halo.registry.client import Registry
 from halo.registry.refs import parse_ref, repo_under
-from halo.registry.transfer import ExportCache, push_local
 
 pytestmark = pytest.mark.docker
 
@@ -69,20 +67,9 @@ def _make(
 
 def _stage(ns: Namespace, docker: Docker, ref: str, registry: str | None = None) -> str:
     """Push a local image by digest, as `halo image stage` does; returns REPO@sha256:…."""
-    dest = repo_under(registry or ns.registry("staging"), CPU.publish)
-    with tempfile.TemporaryDirectory() as tmp:
-        manifest, _ = push_local(
-            Registry(dest.host),
-            dest,
-            docker.exe,
-            ref,
-            str(docker.image_id(ref)),
-            {"org.opencontainers.image.revision": "0" * 40},
-            Path(tmp),
-            ExportCache(Path(tmp) / "cache"),
-            lambda _: None,
-        )
-    return ns.remember(dest.ref(manifest.digest))
+    registry = registry or ns.registry("staging")
+    manifest = push_by_digest(docker.exe, ref, str(docker.image_id(ref)), registry, CPU.publish)
+    return ns.remember(repo_under(registry, CPU.publish).ref(manifest.digest))
 
 
 def _served(registry: str, tag: str) -> str | None:

@@ -14,14 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from publish_support import Namespace, namespace, small_image
+from publish_support import Namespace, namespace, push_by_digest, small_image
 from support import REPO, docker_or_skip, halo
 
 from halo.images.docker import Docker
 from halo.images.publish import INPUT_LABEL
 from halo.registry.client import Registry
 from halo.registry.refs import parse_ref, repo_under
-from halo.registry.transfer import ExportCache, push_local
 
 pytestmark = pytest.mark.docker
 
@@ -112,17 +111,7 @@ def test_build_once_test_that_digest_publish_that_digest(
     small_image(docker.exe, forged, {"opt/halo/x": b"not halo"}, 0, {INPUT_LABEL: input_hash})
     try:
         repo = repo_under(squat_registry, "halo")
-        manifest, _ = push_local(
-            Registry(repo.host),
-            repo,
-            docker.exe,
-            forged,
-            str(docker.image_id(forged)),
-            {},
-            tmp_path / "export",
-            ExportCache(tmp_path / "cache"),
-            lambda _: None,
-        )
+        manifest = push_by_digest(docker.exe, forged, str(docker.image_id(forged)), squat_registry)
         Registry(repo.host).put_manifest(repo, immutable, manifest)
     finally:
         docker.remove(forged)
