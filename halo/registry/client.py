@@ -164,7 +164,11 @@ class Registry:
                     continue
                 if exc.code == 404 and missing_ok:
                     return None
-                raise HaloError(f"{self.host}: {method} {_path(url)}: {_error_line(exc)}") from None
+                line = _error_line(exc)
+                if "NAME_UNKNOWN" in line and method in ("POST", "PUT"):
+                    # ECR Public does not create repositories on push, and neither does halo.
+                    line += "; create the repository once by hand (README, Publishing)"
+                raise HaloError(f"{self.host}: {method} {_path(url)}: {line}") from None
             except (urllib.error.URLError, OSError) as exc:
                 raise HaloError(
                     f"{self.host}: registry did not answer {method} {_path(url)} ({exc})"
