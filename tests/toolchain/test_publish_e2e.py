@@ -56,6 +56,8 @@ def _stage(ns: Namespace, staging: str, tmp_path: Path) -> str:
     return ns.remember(ref)
 
 
+# Two builds of halo:cpu, the cpu tier, and a file-by-file comparison of two 5 GB stacks.
+@pytest.mark.timeout(3600)
 def test_build_once_test_that_digest_publish_that_digest(
     ns: Namespace, docker: Docker, tmp_path: Path
 ) -> None:
