@@ -19,8 +19,10 @@ from support import REPO, docker_or_skip, halo
 
 from halo.images.docker import Docker
 from halo.images.publish import INPUT_LABEL
+from halo.paths import scratch_root
 from halo.registry.client import Registry
 from halo.registry.refs import parse_ref, repo_under
+from halo.testing.tiers import read_junit
 
 pytestmark = pytest.mark.docker
 
@@ -70,11 +72,14 @@ def test_build_once_test_that_digest_publish_that_digest(
     digest = parse_ref(staged).digest
     assert _tag_digest(staging, "cpu") is None, "staging is by digest, no tag"
 
-    # The test job: pull that digest and run the cpu tier inside it.
-    tier = halo("test", "cpu", "--image", staged, cwd=REPO)
+    # The test job: pull that digest and run the cpu tier inside it (its configuration tests
+    # here: the whole tier runs on the staged digest in CI's test-cpu job and in `nox -s ci`).
+    tier = halo("test", "cpu", "--image", staged, "--", "-k", "test_config", cwd=REPO)
     try:
         assert tier.returncode == 0, tier.stdout[-3000:] + tier.stderr[-2000:]
         assert staged in tier.stdout, "the tier ran in the staged digest"
+        counts = read_junit(scratch_root() / "reports" / "cpu.xml")
+        assert counts and counts.passed > 0 and counts.failures == counts.errors == 0
         assert docker.image_id(staged) == docker.image_id("halo:cpu")
     finally:
         docker.remove(staged)
