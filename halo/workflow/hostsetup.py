@@ -6,7 +6,9 @@ archive keyring (an Ubuntu host has only Ubuntu's), and user namespaces, which U
 restricts through AppArmor (kernel.apparmor_restrict_unprivileged_userns=1): the runner is a
 throwaway VM, so lifting that restriction there is the documented remedy.
 `registry`: Debian's/Ubuntu's docker-registry package, a real OCI registry on
-127.0.0.1:5000 for the publishing tests (the package starts it as a service).
+127.0.0.1:5000 for the publishing tests. The package's own configuration asks for htpasswd
+credentials; the tests need what `.ci/run` starts (loopback only, no auth, deletes allowed),
+so that configuration replaces it and the service is restarted.
 
 The plan is data (`plan()`), so it can be read and tested; `apply()` runs it.
 """
@@ -28,6 +30,16 @@ from halo.report import say
 USERNS_SYSCTL = Path("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
 SUBID_RANGE = "100000-165535"
 REGISTRY = ("127.0.0.1", 5000)
+REGISTRY_CONFIG = Path("/etc/docker/registry/config.yml")
+REGISTRY_YAML = """version: 0.1
+storage:
+  filesystem:
+    rootdirectory: /var/lib/docker-registry
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:5000
+"""
 PACKAGES = {
     "mmdebstrap": ("mmdebstrap", "uidmap", "debian-archive-keyring"),
     "registry": ("docker-registry",),
@@ -57,45 +69,47 @@ def current_state() -> HostState:
     )
 
 
-def plan(features: Sequence[str], state: HostState) -> list[list[str]]:
+@dataclass(frozen=True)
+class Command:
+    argv: tuple[str, ...]
+    stdin: str | None = None
+
+    def __str__(self) -> str:
+        return " ".join(self.argv) + (" <<EOF" if self.stdin is not None else "")
+
+
+def plan(features: Sequence[str], state: HostState) -> list[Command]:
     unknown = [f for f in features if f not in PACKAGES]
     if unknown:
         raise HaloError(
             f"host-setup: unknown feature '{unknown[0]}' (known: {', '.join(PACKAGES)})"
         )
-    sudo = [] if state.is_root else ["sudo"]
-    packages = [p for f in features for p in PACKAGES[f]]
+    sudo = () if state.is_root else ("sudo",)
+    packages = tuple(p for f in features for p in PACKAGES[f])
     if not packages:
         return []
     cmds = [
-        [*sudo, "apt-get", "update", "-qq"],
-        [
-            *sudo,
-            "env",
-            "DEBIAN_FRONTEND=noninteractive",
-            "apt-get",
-            "install",
-            "-y",
-            "-qq",
-            "--no-install-recommends",
-            *packages,
-        ],
-    ]
+        Command((*sudo, "apt-get", "update", "-qq")),
+        Command(
+            (*sudo, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-qq",
+             "--no-install-recommends", *packages)
+        ),
+    ]  # fmt: skip
     if "mmdebstrap" in features and not state.is_root:
         if state.userns_restricted:
-            cmds.append([*sudo, "sysctl", "-w", "kernel.apparmor_restrict_unprivileged_userns=0"])
+            cmds.append(
+                Command((*sudo, "sysctl", "-w", "kernel.apparmor_restrict_unprivileged_userns=0"))
+            )
         if not state.has_subids:
             cmds.append(
-                [
-                    *sudo,
-                    "usermod",
-                    "--add-subuids",
-                    SUBID_RANGE,
-                    "--add-subgids",
-                    SUBID_RANGE,
-                    state.user,
-                ]
-            )
+                Command(
+                    (*sudo, "usermod", "--add-subuids", SUBID_RANGE, "--add-subgids", SUBID_RANGE,
+                     state.user)
+                )
+            )  # fmt: skip
+    if "registry" in features:
+        cmds.append(Command((*sudo, "tee", str(REGISTRY_CONFIG)), REGISTRY_YAML))
+        cmds.append(Command((*sudo, "systemctl", "restart", "docker-registry")))
     return cmds
 
 
@@ -110,14 +124,17 @@ def _registry_up(timeout: float) -> bool:
     return False
 
 
-def apply(features: Sequence[str], dry_run: bool = False) -> list[list[str]]:
+def apply(features: Sequence[str], dry_run: bool = False) -> list[Command]:
     cmds = plan(features, current_state())
-    for argv in cmds:
-        say(" ".join(argv))
+    for cmd in cmds:
+        say(str(cmd))
         if dry_run:
             continue
-        if subprocess.run(argv, check=False).returncode != 0:
-            raise HaloError(f"host-setup: `{' '.join(argv)}` failed")
+        proc = subprocess.run(
+            cmd.argv, input=cmd.stdin, text=True, stdout=subprocess.DEVNULL, check=False
+        )
+        if proc.returncode != 0:
+            raise HaloError(f"host-setup: `{cmd}` failed (exit {proc.returncode})")
     if "registry" in features and not dry_run and not _registry_up(30):
         raise HaloError(
             f"host-setup: no registry answers on {REGISTRY[0]}:{REGISTRY[1]} after installing docker-registry"

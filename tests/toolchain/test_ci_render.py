@@ -205,15 +205,20 @@ def test_host_setup_on_ubuntu_24_04_lifts_the_userns_restriction_and_brings_what
     None
 ):
     runner = HostState("runner", is_root=False, userns_restricted=True, has_subids=False)
-    cmds = [" ".join(c) for c in plan(["mmdebstrap", "registry"], runner)]
+    cmds = [str(c) for c in plan(["mmdebstrap", "registry"], runner)]
     assert cmds[0] == "sudo apt-get update -qq"
     for pkg in ("mmdebstrap", "uidmap", "debian-archive-keyring", "docker-registry"):
         assert f" {pkg}" in cmds[1]
     assert "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0" in cmds
     assert "sudo usermod --add-subuids 100000-165535 --add-subgids 100000-165535 runner" in cmds
+    # The registry the tests need: loopback, no credentials (the package's config asks for them).
+    config = next(c for c in plan(["registry"], runner) if c.stdin)
+    assert config.argv == ("sudo", "tee", "/etc/docker/registry/config.yml")
+    assert "addr: 127.0.0.1:5000" in config.stdin and "auth" not in config.stdin  # type: ignore[operator]
+    assert cmds[-1] == "sudo systemctl restart docker-registry"
     # As root (Debian CI, .ci/run) mmdebstrap needs neither; the packages are the same.
     root = HostState("root", is_root=True, userns_restricted=True, has_subids=False)
-    assert [c[0] for c in plan(["mmdebstrap"], root)] == ["apt-get", "env"]
+    assert [c.argv[0] for c in plan(["mmdebstrap"], root)] == ["apt-get", "env"]
     with pytest.raises(HaloError, match="unknown feature 'gpu'"):
         plan(["gpu"], root)
 
