@@ -17,14 +17,16 @@ import pytest
 from publish_support import Namespace, namespace, push_by_digest, small_image
 from support import REPO, docker_or_skip, halo
 
+from halo.images.catalog import load_catalog
 from halo.images.docker import Docker
-from halo.images.publish import INPUT_LABEL
+from halo.images.publish import INPUT_LABEL, local_image_for_inputs
 from halo.paths import scratch_root
 from halo.registry.client import Registry
 from halo.registry.refs import parse_ref, repo_under
 from halo.testing.tiers import read_junit
 
 pytestmark = pytest.mark.docker
+CPU = load_catalog(REPO).image("cpu")
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +67,9 @@ def test_build_once_test_that_digest_publish_that_digest(
 ) -> None:
     staging, release = ns.registry("staging"), ns.registry("release")
     ns.track(release, "halo")
-    input_hash = docker.inspect("halo:cpu", f'{{{{index .Config.Labels "{INPUT_LABEL}"}}}}')
+    # The image built for this checkout's inputs (others on this machine move halo:cpu too).
+    local_ref, local_id = local_image_for_inputs(REPO, CPU)
+    input_hash = docker.inspect(local_ref, f'{{{{index .Config.Labels "{INPUT_LABEL}"}}}}')
     immutable = f"cpu-{input_hash[:12]}"
 
     staged = _stage(ns, staging, tmp_path)
@@ -80,7 +84,7 @@ def test_build_once_test_that_digest_publish_that_digest(
         assert staged in tier.stdout, "the tier ran in the staged digest"
         counts = read_junit(scratch_root() / "reports" / "cpu.xml")
         assert counts and counts.passed > 0 and counts.failures == counts.errors == 0
-        assert docker.image_id(staged) == docker.image_id("halo:cpu")
+        assert docker.image_id(staged) == local_id
     finally:
         docker.remove(staged)
 
@@ -104,7 +108,8 @@ def test_build_once_test_that_digest_publish_that_digest(
     # A second fresh build of the same inputs (no cache: what a new runner does).
     rebuilt = halo("image", "build", "cpu", "--force", cwd=REPO)
     assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
-    assert docker.inspect("halo:cpu", f'{{{{index .Config.Labels "{INPUT_LABEL}"}}}}') == input_hash
+    rebuilt_ref, rebuilt_id = local_image_for_inputs(REPO, CPU)
+    assert rebuilt_ref == local_ref and rebuilt_id != local_id, "a new image, same inputs"
     again = _stage(ns, staging, tmp_path)
     second = halo("image", "promote", "cpu", "--from", again, "--registry", release, cwd=REPO)
     assert second.returncode == 0, second.stderr[-2000:]
