@@ -108,8 +108,8 @@ def test_build_once_test_that_digest_publish_that_digest(
     # A second fresh build of the same inputs (no cache: what a new runner does).
     rebuilt = halo("image", "build", "cpu", "--force", cwd=REPO)
     assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
-    rebuilt_ref, rebuilt_id = local_image_for_inputs(REPO, CPU)
-    assert rebuilt_ref == local_ref and rebuilt_id != local_id, "a new image, same inputs"
+    # Same inputs; a new image ID until builds are byte-reproducible, the same one after.
+    assert local_image_for_inputs(REPO, CPU)[0] == local_ref
     again = _stage(ns, staging, tmp_path)
     second = halo("image", "promote", "cpu", "--from", again, "--registry", release, cwd=REPO)
     assert second.returncode == 0, second.stderr[-2000:]
