@@ -38,7 +38,7 @@ install: ## a development environment in .venv (halo editable + the dev tools)
 	$(NOX) -s dev
 clean: ## remove caches and HALO_SCRATCH test scratch; never checkpoints
 	$(HALO) clean
-lock: ## re-resolve pin sets into pins/*.lock (SET=cpu for one)
+lock: ## re-resolve pin sets into pins/pylock.*.toml (SET=cpu for one)
 	$(NOX) -s lock -- $(SET)
 lock-check: ## fail on drift between inputs and locks
 	$(NOX) -s lock-check -- $(SET)

@@ -52,7 +52,7 @@ def fmt(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lock(session: nox.Session) -> None:
-    """Re-resolve pin sets into pins/<set>.lock (all sets, or those named after --)."""
+    """Re-resolve pin sets into pins/pylock.<set>.toml (all sets, or those named after --)."""
     _halo(session)
     session.run("halo", "pins", "lock", *session.posargs)
 

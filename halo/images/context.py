@@ -17,7 +17,7 @@ from pathlib import Path
 
 from halo.errors import HaloError
 from halo.images.selfwheel import build_wheel
-from halo.pins.lockfile import Lock, normalize
+from halo.pins.lockfile import Lock, lock_name, normalize
 from halo.store.store import Store
 
 PIP_NAME = "pip"
@@ -44,7 +44,7 @@ def stage_context(
     pip = lock.package(PIP_NAME)
     if pip is None or not any(a.is_wheel for a in pip.artifacts):
         raise HaloError(
-            f"pins/{lock.set}.lock: no pip wheel; the image installs the lock offline with pip, add `pip` to the set's requirements"
+            f"pins/{lock_name(lock.set)}: no pip wheel; the image installs the lock offline with pip, add `pip` to the set's requirements"
         )
     wheels = ctx / "wheels"
     for art in lock.artifacts:
