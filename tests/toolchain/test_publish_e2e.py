@@ -9,6 +9,7 @@ trains in the image, through the same docker flags as the tiers.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -142,6 +143,8 @@ def test_build_once_test_that_digest_publish_that_digest(
 def test_make_train_trains_in_the_image_with_the_shared_flags(
     docker: Docker, tmp_path: Path
 ) -> None:
+    if shutil.which("make") is None:
+        pytest.skip("needs GNU make (.ci/run installs it)")
     scratch = tmp_path / "scratch"
     # Outputs under the scratch mount, so the test leaves nothing in the checkout.
     extra = (
