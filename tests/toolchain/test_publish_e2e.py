@@ -49,6 +49,13 @@ def _tag_digest(registry: str, tag: str) -> str | None:
     return manifest.digest if manifest else None
 
 
+def _config_digest(registry: str, tag: str) -> str:
+    repo = repo_under(registry, "halo")
+    manifest = Registry(repo.host).get_manifest(repo, tag)
+    assert manifest is not None
+    return str(manifest.json["config"]["digest"])
+
+
 def _stage(ns: Namespace, staging: str, tmp_path: Path) -> str:
     out = tmp_path / "github-output"
     out.unlink(missing_ok=True)
@@ -97,13 +104,15 @@ def test_build_once_test_that_digest_publish_that_digest(
     public = halo("image", "verify-public", "cpu", "--registry", release, cwd=REPO)
     assert public.returncode == 0 and public.stdout.count("pulls anonymously") == 2, public.stderr
 
-    # From a workstation, `halo image push` is the same: by digest (the same manifest, so the
-    # same digest as staged), then both tags, then the anonymous check.
+    # From a workstation, `halo image push` is the same: by digest (the same image: its
+    # config is the staged one; the manifest's revision annotation is HEAD's), then both
+    # tags, then the anonymous check.
     pushed_to = ns.registry("pushed")
     ns.track(pushed_to, "halo")
     pushed = halo("image", "push", "cpu", "--registry", pushed_to, "--verify-public", cwd=REPO)
     assert pushed.returncode == 0, pushed.stderr[-2000:]
-    assert _tag_digest(pushed_to, "cpu") == digest == _tag_digest(pushed_to, immutable)
+    assert _tag_digest(pushed_to, "cpu") == _tag_digest(pushed_to, immutable) is not None
+    assert _config_digest(pushed_to, "cpu") == _config_digest(release, "cpu") == local_id
     assert pushed.stdout.count("pulls anonymously") == 2
 
     # A second fresh build of the same inputs (no cache: what a new runner does).
