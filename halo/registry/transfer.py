@@ -139,15 +139,23 @@ def export_image(
                     continue
                 raw = workdir / f"raw-{len(big)}.tar"
                 big[member.name] = _layer(src, raw, reuse, progress, member.size)
-    except tarfile.TarError as exc:
-        raise HaloError(f"docker save {ref}: unreadable archive ({exc})") from None
+        # tar pads its end with zero records tarfile never reads: drain them, or docker
+        # dies of SIGPIPE writing into a closed pipe.
+        while proc.stdout.read(_CHUNK):
+            pass
+    except BaseException as exc:
+        proc.kill()
+        proc.wait()
+        if isinstance(exc, tarfile.TarError):
+            raise HaloError(f"docker save {ref}: unreadable archive ({exc})") from None
+        raise
     finally:
         proc.stdout.close()
-        err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
-        if proc.wait() != 0:
-            raise HaloError(
-                f"docker save {ref}: failed: {err.splitlines()[-1] if err else proc.returncode}"
-            )
+    err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+    if proc.wait() != 0:
+        raise HaloError(
+            f"docker save {ref}: failed: {err.splitlines()[-1] if err else proc.returncode}"
+        )
     try:
         entry = json.loads(small["manifest.json"])[0]
         config = small[entry["Config"]]
