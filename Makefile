@@ -1,18 +1,43 @@
-# Muscle memory: each target runs one nox session (`nox -l` lists them all).
+# Muscle memory: each target runs one nox session (`nox -l` lists them all) or one halo command.
+# Add a target as one line `name: ## what it does` plus its recipe; `make help` lists it.
 NOX ?= nox
+HALO ?= $(if $(wildcard .venv/bin/halo),.venv/bin/halo,halo)
+
+# make train: a training job inside an image, in the foreground, removed when it ends.
+CONFIG ?=
+METHOD ?= sft
+NPROC ?= 8
+IMAGE ?= halo:blackwell
+EXTRA ?=
+# Where the tiers' and jobs' /scratch lives (halo.paths.scratch_root).
+SCRATCH = $(or $(HALO_SCRATCH),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/halo/scratch)
+# make push-public-*: where (default $HALO_REGISTRY, e.g. public.ecr.aws/ALIAS).
+REGISTRY ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help lint fmt lock lock-check pins-check fetch plan build-cpu build-blackwell build-hopper \
-	build-vllm build-sglang build-all test test-toolchain test-cpu test-gpu-core test-gpu-full \
-	test-rollout-vllm test-rollout-sglang patches example bench seed-hf-cache ci-render
+.PHONY: help lint fmt format precommit docs install clean lock lock-check pins-check fetch plan \
+	build-cpu build-blackwell build-hopper build-vllm build-sglang build-all test test-toolchain \
+	test-cpu test-gpu-core test-gpu-full test-rollout-vllm test-rollout-sglang patches example \
+	bench ci-render train seed-hf-cache ecr-public-login push-public-all push-public-blackwell \
+	push-public-hopper push-public-vllm push-public-sglang
 
 help: ## list the targets
-	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
 
 lint: ## ruff check + format check
 	$(NOX) -s lint
 fmt: ## apply ruff fixes and formatting
 	$(NOX) -s fmt
+format: ## the same as fmt
+	$(NOX) -s fmt
+precommit: ## lint + pins-check + ci-render --check: what to run before a commit
+	$(NOX) -s precommit
+docs: ## check the links and anchors of README.md and docs/
+	$(NOX) -s docs
+install: ## a development environment in .venv (halo editable + the dev tools)
+	$(NOX) -s dev
+clean: ## remove caches and HALO_SCRATCH test scratch; never checkpoints
+	$(HALO) clean
 lock: ## re-resolve pin sets into pins/pylock.*.toml (SET=cpu for one)
 	$(NOX) -s lock -- $(SET)
 lock-check: ## fail on drift between inputs and locks
@@ -55,7 +80,23 @@ example: ## the main job: build halo:cpu and train the tiny SFT example in it
 	$(NOX) -s example
 bench: ## benchmarks with budgets (no-op build, pins check, lock check, trainer vs TRL)
 	$(NOX) -s bench
-seed-hf-cache: ## fill HF_HOME with the pinned configs and tokenizers (examples/hf-cache.toml)
-	$(NOX) -s seed-hf-cache
 ci-render: ## regenerate the CI workflow from ci/matrix.yaml
 	$(NOX) -s ci-render
+train: ## train inside IMAGE: CONFIG=… [METHOD=sft NPROC=8 IMAGE=halo:blackwell EXTRA="--k=v …"]
+	$(if $(CONFIG),,$(error make train: CONFIG=path/to/config.yaml is required))
+	$(shell $(HALO) run --print $(IMAGE) -- halo launch $(METHOD) $(CONFIG) --nproc $(NPROC) $(if $(EXTRA),-- $(EXTRA)) || echo false)
+seed-hf-cache: ## fill the HF cache the tiers mount (HALO_SCRATCH/hf) from LIST=models.toml [FROM=dir]
+	$(if $(LIST),,$(error make seed-hf-cache: LIST=path/to/list.toml is required))
+	$(HALO) hf-cache seed $(LIST) --cache $(SCRATCH)/hf/hub $(if $(FROM),--from $(FROM))
+ecr-public-login: ## docker login to ECR Public (AWS CLI, us-east-1) for HALO_REGISTRY or REGISTRY=
+	$(HALO) image ecr-public-login $(if $(REGISTRY),--registry $(REGISTRY))
+push-public-all: ## publish every image built here, then check anonymous pulls
+	$(HALO) image push --all --verify-public $(if $(REGISTRY),--registry $(REGISTRY))
+push-public-blackwell: ## publish halo:blackwell (push by digest, then tag), check anonymous pulls
+	$(HALO) image push blackwell --verify-public $(if $(REGISTRY),--registry $(REGISTRY))
+push-public-hopper: ## publish halo:hopper, check anonymous pulls
+	$(HALO) image push hopper --verify-public $(if $(REGISTRY),--registry $(REGISTRY))
+push-public-vllm: ## publish vllm-server, check anonymous pulls
+	$(HALO) image push vllm --verify-public $(if $(REGISTRY),--registry $(REGISTRY))
+push-public-sglang: ## publish sglang-server, check anonymous pulls
+	$(HALO) image push sglang --verify-public $(if $(REGISTRY),--registry $(REGISTRY))

@@ -36,10 +36,11 @@ def _halo(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check."""
+    """ruff check, ruff format --check, and actionlint on the workflow (.github/actionlint.yaml)."""
     session.install("--group", "dev", silent=True)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("actionlint", "-color=false")
 
 
 @nox.session(python=PYTHON)
@@ -192,9 +193,70 @@ def seed_hf_cache(session: nox.Session) -> None:
 
 @nox.session(name="ci-render", python=PYTHON)
 def ci_render(session: nox.Session) -> None:
-    """Render ci/matrix.yaml into the workflow (-- --check to compare instead)."""
+    """Render ci/matrix.yaml into .github/ (-- --check to compare instead)."""
     _halo(session)
-    session.run("halo", "ci", "render", *session.posargs)
+    session.run("halo", "workflow", "render", *session.posargs)
+
+
+@nox.session(name="host-setup", python=PYTHON)
+def host_setup(session: nox.Session) -> None:
+    """Prepare a hosted CI runner: -- mmdebstrap registry (apt packages, user namespaces)."""
+    _halo(session)
+    session.run("halo", "workflow", "host-setup", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def precommit(session: nox.Session) -> None:
+    """What to run before a commit: lint, pins-check, ci-render --check."""
+    session.notify("lint")
+    session.notify("pins-check")
+    session.notify("ci-render", ["--check"])
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Check the links and anchors of README.md and docs/ (offline)."""
+    _halo(session)
+    session.run("halo", "docs", "check", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def stage(session: nox.Session) -> None:
+    """Push a built image by digest to $HALO_STAGING_REGISTRY (-- NAME); prints REPO@sha256:…."""
+    _halo(session)
+    session.run("halo", "image", "stage", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def publish(session: nox.Session) -> None:
+    """Promote a tested digest to $HALO_REGISTRY's tags: -- NAME --from REPO@sha256:…."""
+    _halo(session)
+    session.run("halo", "image", "promote", *session.posargs)
+
+
+@nox.session(name="verify-public", python=PYTHON)
+def verify_public(session: nox.Session) -> None:
+    """Check that anyone can pull what was published (-- NAME…), with no credentials."""
+    _halo(session)
+    session.run("halo", "image", "verify-public", *session.posargs)
+
+
+@nox.session(python=False)
+def dev(session: nox.Session) -> None:
+    """A development environment in .venv: halo (editable) and the dev tools."""
+    session.run("uv", "venv", "--allow-existing", ".venv", "--python", PYTHON, external=True)
+    session.run(
+        "uv",
+        "pip",
+        "install",
+        "--python",
+        ".venv/bin/python",
+        "-e",
+        ".",
+        "--group",
+        "dev",
+        external=True,
+    )
 
 
 @nox.session(python=PYTHON)
@@ -205,6 +267,7 @@ def ci(session: nox.Session) -> None:
     session.notify("pins-check")
     session.notify("lock-check", ["cpu"])
     session.notify("ci-render", ["--check"])
+    session.notify("docs")
     # build-cpu first, so the log shows the base made, the artifacts fetched and verified and
     # the offline build; the toolchain tests then find halo:cpu up to date.
     session.notify("build-cpu")

@@ -22,7 +22,8 @@ COMMAND_MODULES = (
     "halo.patching.cli",
     "halo.testing.cli",
     "halo.stack.cli",
-    "halo.ci.cli",
+    "halo.workflow.cli",
+    "halo.devtools.cli",
     "halo.train.cli",
 )
 
