@@ -44,6 +44,8 @@ class Runtime(Section):
     # auto: python for one process, torchrun for several.
     launcher: Literal["auto", "python", "torchrun", "accelerate"] = "auto"
     env: dict[str, str] = Field(default_factory=dict)
+    # online-grpo: the rollout server's OpenAI API (else $HALO_ROLLOUT_URL).
+    rollout_url: str | None = None
 
 
 class Model(Section):
@@ -162,6 +164,31 @@ class Grpo(Section):
     loss_type: Literal["token", "sequence"] = "token"
 
 
+class Rollout(Section):
+    """online-grpo: how completions are sampled, scored and the weights pushed back."""
+
+    # A Python callable f(completion: str, row: dict) -> float, as 'package.module:function'.
+    reward: str = "halo.train.rewards:exact_match"
+    n: Annotated[int, Field(ge=2)] = 4  # completions per prompt: one group
+    max_tokens: Positive = 32
+    temperature: Annotated[float, Field(ge=0)] = 1.0
+    # Held-out prompts (data.eval) sampled every this many steps (n each, this temperature,
+    # a fixed seed): the mean reward curve. 0: never.
+    eval_every_steps: NonNegative = 5
+    timeout_s: Annotated[float, Field(gt=0)] = 120.0
+    # Tries of a rollout or push whose failure is transient (server down, timeout, 5xx).
+    attempts: Positive = 2
+    backoff_s: Annotated[float, Field(ge=0)] = 5.0
+    # The served model's name (unset: the first the server lists).
+    model_name: str | None = None
+    # Where pushed weights are written (default <checkpoints>/<job>/served), and the same
+    # folder as the server sees it when it runs elsewhere (another container's mount).
+    export_dir: PathField | None = None
+    export_dir_on_server: str | None = None
+    # Largest gap between the server's and the policy's probe log-probs after a push.
+    check_tolerance: Annotated[float, Field(gt=0)] = 1e-3
+
+
 class Dpo(Section):
     beta: Annotated[float, Field(gt=0)] = 0.1
 
@@ -176,6 +203,7 @@ class Config(Section):
     logging: Logging = Field(default_factory=Logging)
     grpo: Grpo | None = None
     dpo: Dpo | None = None
+    rollout: Rollout | None = None
 
     @property
     def job_dir(self) -> Path:
@@ -187,9 +215,13 @@ class Config(Section):
 
 
 # Sections only one method reads; elsewhere they are a mistake worth reporting.
-METHOD_SECTIONS = {"grpo": "offline-grpo", "dpo": "preference/dpo"}
+METHOD_SECTIONS = {
+    "grpo": ("offline-grpo", "online-grpo"),
+    "dpo": ("preference/dpo",),
+    "rollout": ("online-grpo",),
+}
 # Keys whose string values are local paths (resolved against the YAML's folder).
-PATH_KEYS = {"checkpoints", "logs", "train", "eval", "path", "chat_template"}
+PATH_KEYS = {"checkpoints", "logs", "train", "eval", "path", "chat_template", "export_dir"}
 # Keys that name a local folder when one exists there, else a Hub id.
 MAYBE_PATH_KEYS = {"name_or_path", "tokenizer"}
 
@@ -230,6 +262,9 @@ def resolve_paths(raw: dict[str, Any], base: Path) -> None:
                         src["path"] = _resolve(src.get("path"), base)
             else:
                 data[key] = _resolve(v, base)
+    ro = raw.get("rollout")
+    if isinstance(ro, dict) and ro.get("export_dir") is not None:
+        ro["export_dir"] = _resolve(ro["export_dir"], base)
     model = raw.get("model")
     if isinstance(model, dict):
         model["chat_template"] = _resolve(model.get("chat_template"), base)
@@ -263,9 +298,11 @@ def _check(cfg: Config, method: str | None, raw: dict[str, Any]) -> list[str]:
     ):
         errors.append("training.micro_batch_size: larger than training.global_batch_size")
     if method is not None:
-        for section, owner in METHOD_SECTIONS.items():
-            if section in raw and owner != method:
-                errors.append(f"{section}: section is for method {owner}, not {method}")
+        for section, owners in METHOD_SECTIONS.items():
+            if section in raw and method not in owners:
+                errors.append(
+                    f"{section}: section is for method {' or '.join(owners)}, not {method}"
+                )
     return errors
 
 
@@ -275,8 +312,10 @@ def from_dict(raw: dict[str, Any], method: str | None, where: str) -> Config:
     if errors:
         n = len(errors)
         raise HaloError(f"{where}: {n} problem{'s' if n > 1 else ''}: " + "; ".join(errors))
-    if method == "offline-grpo" and cfg.grpo is None:
+    if method in ("offline-grpo", "online-grpo") and cfg.grpo is None:
         cfg.grpo = Grpo()
+    if method == "online-grpo" and cfg.rollout is None:
+        cfg.rollout = Rollout()
     if method == "preference/dpo" and cfg.dpo is None:
         cfg.dpo = Dpo()
     return cfg

@@ -63,6 +63,12 @@ def hf_config(m: Model, tok: ChatTokenizer) -> Any:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         where = m.name_or_path or "model.config"
         raise HaloError(f"{where}: not a usable model config ({_one_line(exc)})") from None
+    if not getattr(conf, "architectures", None):
+        # Servers pick the model class from config.json's architectures: without it vLLM
+        # resolves "LlamaModel" (no LM head) and serves other logits than the trainer's.
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+        conf.architectures = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[conf.model_type]]
     if conf.vocab_size < tok.vocab_size:
         raise HaloError(
             f"model: vocab_size {conf.vocab_size} is smaller than the tokenizer's {tok.vocab_size}"

@@ -41,9 +41,12 @@ def run(method_name: str, config_path: Path, extra: list[str], stop: StopFlag) -
     ctx = distributed.init()
     try:
         tok = setup.load_tokenizer(cfg)
-        method = importlib.import_module(spec.module).build(cfg, tok)
+        module = importlib.import_module(spec.module)
+        method = module.build(cfg, tok)
         hook = checkpoint.test_hook_sleep(os.environ.get(checkpoint.TEST_HOOK_SLEEP_ENV))
-        result = loop.train(cfg, method, tok, ctx, stop, checkpoint_hook_sleep=hook)
+        # A method with its own loop (online-grpo: rollouts between steps) brings its train().
+        train = getattr(module, "train", loop.train)
+        result = train(cfg, method, tok, ctx, stop, checkpoint_hook_sleep=hook)
         if ctx.is_main:
             first = result.losses.get(min(result.losses, default=0))
             last = result.losses.get(result.steps)
