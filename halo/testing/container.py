@@ -17,6 +17,18 @@ from halo.paths import find_repo, scratch_root
 
 WORKSPACE = "/workspace"
 SCRATCH = "/scratch"
+# How NCCL leaves the node. No fabric: plain TCP sockets, NCCL's IB transport off. EFA: the
+# host's /dev/infiniband and NCCL over Libfabric through the aws-ofi-nccl plugin ("ofi"),
+# sockets only on real interfaces (the exclude list keeps loopback and docker bridges out).
+FABRICS: dict[str, dict[str, str]] = {
+    "none": {"NCCL_IB_DISABLE": "1", "NCCL_NET": "Socket"},
+    "efa": {
+        "NCCL_NET": "Libfabric",
+        "NCCL_NET_PLUGIN": "ofi",
+        "NCCL_IB_DISABLE": "0",
+        "NCCL_SOCKET_IFNAME": "^lo,docker,veth",
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -28,13 +40,23 @@ class RunSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     mounts: Sequence[tuple[Path, str, bool]] = ()  # (host, container, read_only)
     workspace_writable: bool = False
+    fabric: str = "none"  # a key of FABRICS; only GPU runs talk NCCL
+    cuda_devices: str = "all"  # "all" or a comma list of GPU indices
 
 
 def docker_run_args(spec: RunSpec, repo: Path, scratch: Path) -> list[str]:
     args = ["--rm", "--init", f"--network={spec.network}", "--ipc=host", "--shm-size=2g"]
+    fabric_env: dict[str, str] = {}
     if spec.gpus:
         # NCCL and RDMA pin memory; unprivileged CPU-only hosts may refuse to raise memlock.
-        args += ["--gpus", "all", "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
+        # docker splits --gpus on commas unless the device list is quoted inside the value.
+        gpus = "all" if spec.cuda_devices == "all" else f'"device={spec.cuda_devices}"'
+        args += ["--gpus", gpus, "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
+        if spec.fabric not in FABRICS:
+            raise ValueError(f"fabric {spec.fabric!r}: expected one of {sorted(FABRICS)}")
+        if spec.fabric == "efa":
+            args += ["--device=/dev/infiniband"]
+        fabric_env = FABRICS[spec.fabric]
     args += ["--user", f"{os.getuid()}:{os.getgid()}"]
     ro = "" if spec.workspace_writable else ":ro"
     args += ["-v", f"{repo}:{WORKSPACE}{ro}", "-v", f"{scratch}:{SCRATCH}", "-w", WORKSPACE]
@@ -46,6 +68,7 @@ def docker_run_args(spec: RunSpec, repo: Path, scratch: Path) -> list[str]:
         "HF_HUB_OFFLINE": "1",
         "HALO_SCRATCH": SCRATCH,
         "PYTHONDONTWRITEBYTECODE": "1",
+        **fabric_env,
         **spec.env,
     }
     for k, v in sorted(env.items()):
