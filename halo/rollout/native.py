@@ -120,9 +120,10 @@ def server_env(kind: ServerKind, python: Path, model: Path, port: int, name: str
             # On the CPU "gpu memory utilization" is the share of the host's RAM taken for the
             # KV cache (0.92 by default: 21 GiB here, refused on a shared machine); a fixed
             # 256 MiB holds 100k tokens of the tiny model. float32 as the trainer computes, so
-            # the server's logprobs match the policy's.
+            # the server's logprobs match the policy's. Eager: compiling the graphs with
+            # inductor took over 5 minutes on two busy cores, for a model that needs none.
             "HALO_EXTRA_ARGS": env.get("HALO_EXTRA_ARGS")
-            or f"--dtype float32 --kv-cache-memory-bytes {KV_CACHE_BYTES}",
+            or f"--dtype float32 --kv-cache-memory-bytes {KV_CACHE_BYTES} --enforce-eager",
         }
     return env
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from halo.errors import HaloError
 from halo.report import table
+from halo.rollout import native
+from halo.rollout.native import Running
 from halo.rollout.servers import ServerKind, identify
 from halo.rollout.servers import server as rollout_server
 from halo.testing.container import SCRATCH, RunSpec, run_spec
@@ -124,7 +126,6 @@ def run_tier(
     started = None
     if kind and serve and kind.not_running():
         from halo.paths import find_repo
-        from halo.rollout import native
 
         started = native.start(kind, find_repo(), scratch, model=model)
     try:
@@ -132,10 +133,14 @@ def run_tier(
         rc = _run_pytest(t, image_ref, scratch, extra, kind, started, place or Placement())
     finally:
         if started is not None:
-            from halo.rollout import native
-
             native.stop(started)
     return rc
+
+
+def _served_here(kind: ServerKind, scratch: Path) -> Running | None:
+    """The server `halo serve` started earlier, when it is the one answering the tier."""
+    run = Running.load(scratch, kind.name)
+    return run if run and run.url == kind.url and run.alive() else None
 
 
 def _run_pytest(
@@ -144,7 +149,7 @@ def _run_pytest(
     scratch: Path,
     extra: list[str],
     kind: ServerKind | None,
-    started: object | None,
+    started: Running | None,
     place: Placement,
 ) -> int:
     reports = scratch / "reports"
@@ -152,8 +157,11 @@ def _run_pytest(
     junit_host = reports / f"{t.name}.xml"
     junit_host.unlink(missing_ok=True)
     env = {kind.url_env: kind.url} if kind else {}
-    if started is not None:
-        env["HALO_SERVED_MODEL_NAME"] = Path(getattr(started, "model", "")).name
+    served = started or (_served_here(kind, scratch) if kind else None)
+    if served is not None:
+        # The served folder on this host: the weight-push tests copy and reload it.
+        env["HALO_MODEL"] = served.model
+        env["HALO_SERVED_MODEL_NAME"] = Path(served.model).name
     if place.server_tier:
         env["HALO_SERVER_TIER"] = place.server_tier
     if image_ref is None:
@@ -177,7 +185,7 @@ def _run_pytest(
         where = image_ref
     if kind and not kind.not_running():
         who = identify(kind)
-        ready = getattr(started, "ready_s", None)
+        ready = started.ready_s if started else None
         print(
             table(
                 ("server", "url", "version", "device", "model", "started by", "start"),

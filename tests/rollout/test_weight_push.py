@@ -1,0 +1,79 @@
+"""Pushing weights to a live vLLM server: its answers follow the push, and come back with the
+original weights (what online GRPO does after every update, through halo.rollout.weights)."""
+
+from __future__ import annotations
+
+import array
+import json
+import os
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+from rollout_client import Server
+
+from halo.rollout.client import Client
+from halo.rollout.weights import check_served, reload
+
+PROBE = "What is 7 + 5? 7 + 5 = 12."
+
+
+def scaled_copy(src: Path, dst: Path, tensor: str, factor: float) -> Path:
+    """``src`` with one float32 tensor of model.safetensors multiplied by ``factor``.
+
+    Standard library only (the tier may run where torch is absent): the file is an 8-byte
+    header length, a JSON header of byte offsets, then the raw little-endian tensors.
+    """
+    shutil.copytree(src, dst)
+    path = dst / "model.safetensors"
+    raw = bytearray(path.read_bytes())
+    (size,) = struct.unpack("<Q", raw[:8])
+    meta = json.loads(raw[8 : 8 + size])[tensor]
+    assert meta["dtype"] == "F32", meta
+    start, end = (8 + size + o for o in meta["data_offsets"])
+    values = array.array("f", raw[start:end])
+    for i, v in enumerate(values):
+        values[i] = v * factor
+    raw[start:end] = values.tobytes()
+    path.write_bytes(bytes(raw))
+    return dst
+
+
+@pytest.fixture
+def served_folder() -> Path:
+    model = Path(os.environ.get("HALO_MODEL", ""))
+    if not (model / "model.safetensors").is_file():
+        pytest.skip(
+            f"needs the served model's folder on this host (HALO_MODEL={model}): "
+            "the tier sets it when it starts the server (halo test rollout-vllm --serve)"
+        )
+    return model
+
+
+@pytest.mark.rollout_vllm
+def test_pushed_weights_are_served_and_the_originals_come_back(
+    vllm_server: Server, served_folder: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    model = vllm_server.get_json("/v1/models")["data"][0]["id"]
+    client = Client(vllm_server.url, model)
+    probe = vllm_server.post_json("/tokenize", {"model": model, "prompt": PROBE})["tokens"]
+    before = client.prompt_logprobs(probe)
+    # The scratch folder is shared with the server (same host, or mounted at the same path).
+    root = Path(os.environ.get("HALO_SCRATCH", str(tmp_path_factory.mktemp("push"))))
+    pushed = root / "weight-push-test"
+    shutil.rmtree(pushed, ignore_errors=True)
+    scaled_copy(served_folder, pushed, "model.norm.weight", 3.0)
+    try:
+        reload(client, str(pushed))
+        after = client.prompt_logprobs(probe)
+        gap = max(abs(a - b) for a, b in zip(before, after, strict=True))
+        assert gap > 0.05, f"the server's log-probs did not move after the push ({gap})"
+        # The version check accepts the pushed weights' scores and refuses the old ones.
+        check_served(client, probe, after, tolerance=1e-4)
+        with pytest.raises(Exception, match="serves other weights"):
+            check_served(client, probe, before, tolerance=1e-4)
+    finally:
+        reload(client, str(served_folder))
+        shutil.rmtree(pushed, ignore_errors=True)
+    assert check_served(client, probe, before, tolerance=1e-4) <= 1e-4
