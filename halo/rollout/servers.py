@@ -125,5 +125,6 @@ def identify(kind: ServerKind) -> Identity:
     device = "?"
     cfg = info.get("vllm_config")
     if isinstance(cfg, dict):
-        device = str((cfg.get("device_config") or {}).get("device_type") or "?")
+        dc = cfg.get("device_config") or {}
+        device = str(dc.get("device") or dc.get("device_type") or "?")
     return Identity(str(version), device, str(models[0].get("root") or models[0].get("id", "?")))
