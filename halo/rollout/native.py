@@ -20,7 +20,7 @@ from pathlib import Path
 
 from halo.atomic import write_text
 from halo.errors import HaloError
-from halo.paths import cache_home
+from halo.paths import scratch_root
 from halo.report import say
 from halo.rollout.servers import ServerKind, probe
 
@@ -66,16 +66,19 @@ class Running:
 
 
 def stack_python(kind: ServerKind) -> Path:
-    """The CPU stack's interpreter: $HALO_<SERVER>_PYTHON, else the installed stack's venv."""
+    """The CPU stack's interpreter: $HALO_<SERVER>_PYTHON, else the venv `halo stack verify`
+    installs the set's lock into (exactly as the images install theirs)."""
     env = f"HALO_{kind.name.upper()}_PYTHON"
     if given := os.environ.get(env):
         py = Path(given)
     else:
-        py = cache_home() / "stacks" / kind.cpu_pins / "bin" / "python"
+        root = Path(os.environ.get("HALO_STACK_VENVS") or scratch_root() / "stacks")
+        py = root / kind.cpu_pins / "bin" / "python"
     if not py.is_file():
         raise HaloError(
             f"{py}: no {kind.cpu_pins} stack installed (install the lock with "
-            f"`halo stack install {kind.cpu_pins}`, or set {env} to a python that has it)"
+            f"`halo fetch {kind.cpu_pins} && halo stack verify {kind.cpu_pins}`, "
+            f"or set {env} to a python that has it)"
         )
     return py
 
