@@ -10,7 +10,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="start, stop or show a CPU rollout server on this host")
     p.add_argument("action", choices=("start", "stop", "status"))
     p.add_argument("server", nargs="?", default="vllm", help="vllm (default) or sglang")
-    p.add_argument("--model", type=Path, help="model folder (default: the tiny Llama)")
+    p.add_argument(
+        "--model", type=Path, help="model folder (default: the SFT example, trained and exported)"
+    )
     p.add_argument("--port", type=int, default=0, help="default: the server's usual port")
     p.set_defaults(func=_serve)
 

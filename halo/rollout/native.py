@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -83,13 +84,13 @@ def stack_python(kind: ServerKind) -> Path:
     return py
 
 
-def ensure_tiny_model(python: Path, repo: Path, out: Path) -> Path:
-    """The tiny Llama the tier serves until a trainer export is given; built once per scratch."""
+def ensure_served_model(python: Path, repo: Path, out: Path) -> Path:
+    """The trainer's SFT example, trained and exported once per scratch (halo.rollout.served)."""
     if (out / "config.json").is_file():
         return out
-    say(f"serve: building the tiny model at {out}")
+    say(f"serve: training and exporting the SFT example into {out} (once)")
     proc = subprocess.run(
-        [str(python), "-m", "halo.rollout.tiny", str(out)],
+        [str(python), "-m", "halo.rollout.served", str(out)],
         env={**os.environ, "PYTHONPATH": str(repo), "HF_HUB_OFFLINE": "1"},
         capture_output=True,
         text=True,
@@ -97,7 +98,7 @@ def ensure_tiny_model(python: Path, repo: Path, out: Path) -> Path:
     )
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
-        raise HaloError(f"{out}: building the tiny model failed: {tail}")
+        raise HaloError(f"{out}: making the served model failed: {tail}")
     return out
 
 
@@ -119,7 +120,6 @@ def server_env(kind: ServerKind, python: Path, model: Path, port: int, name: str
             "HALO_VLLM_ENTRYPOINT": "module",
             # /server_info (device, config) and the weight reload of online GRPO.
             "VLLM_SERVER_DEV_MODE": "1",
-            "HALO_MAX_MODEL_LEN": env.get("HALO_MAX_MODEL_LEN") or "512",
             # On the CPU "gpu memory utilization" is the share of the host's RAM taken for the
             # KV cache (0.92 by default: 21 GiB here, refused on a shared machine); a fixed
             # 256 MiB holds 100k tokens of the tiny model. float32 as the trainer computes, so
@@ -131,15 +131,20 @@ def server_env(kind: ServerKind, python: Path, model: Path, port: int, name: str
     return env
 
 
+# "ValueError: ...", "Value error, ..." (pydantic): the line that says what went wrong.
+ERROR_LINE = re.compile(r"(Error|error)[:,] ")
+
+
 def _last_error(log: Path) -> str:
     try:
-        lines = [x for x in log.read_text(errors="replace").splitlines() if x.strip()]
+        lines = [x.strip() for x in log.read_text(errors="replace").splitlines() if x.strip()]
     except OSError:
         return "no log"
     for line in reversed(lines):
-        if "Error" in line or "error" in line:
-            return line.strip()[-300:]
-    return lines[-1].strip()[-300:] if lines else "empty log"
+        m = ERROR_LINE.search(line)
+        if m and "://" not in line and "root cause" not in line:
+            return line[max(0, m.start() - 30) :][:300]
+    return lines[-1][-300:] if lines else "empty log"
 
 
 def wait_healthy(
@@ -184,7 +189,7 @@ def start(
         raise HaloError(f"{url}: a server already answers there (stop it, or pick --port)")
     folder = scratch / "serve" / kind.name
     folder.mkdir(parents=True, exist_ok=True)
-    model = model or ensure_tiny_model(python, repo, scratch / "models" / "tiny-llama")
+    model = model or ensure_served_model(python, repo, scratch / "models" / "tiny-sft")
     name = name or model.name
     log = folder / "server.log"
     env = server_env(kind, python, model.resolve(), port, name)

@@ -137,6 +137,14 @@ def run_tier(
     return rc
 
 
+def in_container(path: Path, scratch: Path) -> str:
+    """``path`` under scratch as a tier's container sees it (scratch is mounted at /scratch)."""
+    try:
+        return f"{SCRATCH}/{path.resolve().relative_to(scratch.resolve())}"
+    except ValueError:
+        return str(path)  # not under scratch: not visible in the container
+
+
 def _served_here(kind: ServerKind, scratch: Path) -> Running | None:
     """The server `halo serve` started earlier, when it is the one answering the tier."""
     run = Running.load(scratch, kind.name)
@@ -159,9 +167,15 @@ def _run_pytest(
     env = {kind.url_env: kind.url} if kind else {}
     served = started or (_served_here(kind, scratch) if kind else None)
     if served is not None:
-        # The served folder on this host: the weight-push tests copy and reload it.
+        # The served folder, as the tests see it: the weight-push tests copy and reload it.
         env["HALO_MODEL"] = served.model
+        env["HALO_SERVED_FOLDER_ON_SERVER"] = served.model
         env["HALO_SERVED_MODEL_NAME"] = Path(served.model).name
+        if image_ref is not None:
+            env["HALO_MODEL"] = in_container(Path(served.model), scratch)
+    if kind and image_ref is not None:
+        # A container sees scratch at /scratch; a server on the host sees it where it is.
+        env["HALO_SERVER_SCRATCH"] = str(scratch)
     if place.server_tier:
         env["HALO_SERVER_TIER"] = place.server_tier
     if image_ref is None:

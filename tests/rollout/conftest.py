@@ -7,6 +7,9 @@ table and the probe are halo.rollout.servers, shared with the tiers.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from rollout_client import Server
 
@@ -28,3 +31,15 @@ def vllm_server() -> Server:
 @pytest.fixture(scope="session")
 def sglang_server() -> Server:
     return _server("sglang")
+
+
+@pytest.fixture(scope="session")
+def served_folder() -> Path:
+    """The served model's folder as this process sees it (the tier sets HALO_MODEL)."""
+    model = Path(os.environ.get("HALO_MODEL", ""))
+    if not (model / "config.json").is_file():
+        pytest.skip(
+            f"needs the served model's folder here (HALO_MODEL={model}): the tier sets it "
+            "when it starts the server or finds one `halo serve` started"
+        )
+    return model

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -120,35 +121,40 @@ class TestVLLM:
             assert len(item["top_logprobs"]) == 2
 
     def test_stop_string_cuts_the_completion(self, vllm_server: Server) -> None:
-        free = _complete(vllm_server, max_tokens=16)["choices"][0]["text"]
+        free = _chat(vllm_server, max_tokens=16)["choices"][0]["message"]["content"]
         assert len(free) >= 4, f"the model said too little to cut: {free!r}"
         cut = len(free) // 2
         stop = free[cut : cut + 2]
         first = free.find(stop)
-        out = _complete(vllm_server, max_tokens=16, stop=[stop])
-        choice = out["choices"][0]
-        assert choice["text"] == free[:first], (free, stop, choice)
+        choice = _chat(vllm_server, max_tokens=16, stop=[stop])["choices"][0]
+        assert choice["message"]["content"] == free[:first], (free, stop, choice)
         assert choice["finish_reason"] == "stop"
         assert choice["stop_reason"] == stop
+        # The same through the completions API, on the same rendered prompt.
+        model = _models(vllm_server)[0]
+        ids = vllm_server.post_json(
+            "/tokenize", {"model": model, "messages": MESSAGES, "add_generation_prompt": True}
+        )["tokens"]
+        out = vllm_server.post_json(
+            "/v1/completions",
+            {"model": model, "prompt": ids, "max_tokens": 16, "temperature": 0.0, "stop": [stop]},
+        )
+        assert out["choices"][0]["text"] == free[:first]
 
-    def test_chat_template_is_the_one_the_trainer_renders(self, vllm_server: Server) -> None:
-        from halo.train.tokenizer import Tokenizer, render_chat
+    def test_chat_template_is_the_one_the_trainer_renders(
+        self, vllm_server: Server, served_folder: Path
+    ) -> None:
+        from halo.train.tokenizer import load
 
-        tok = Tokenizer()
-        ids, _ = render_chat(tok, MESSAGES)
-        trained = tok.decode([*ids, tok.special("<|im_start|>"), *tok.encode("assistant\n")])
+        tok = load(str(served_folder))  # the trainer's view of what it exported
+        trained = tok.encode(tok.text(MESSAGES, gen=True))
         model = _models(vllm_server)[0]
         served = vllm_server.post_json(
             "/tokenize", {"model": model, "messages": MESSAGES, "add_generation_prompt": True}
-        )
-        text = vllm_server.post_json(
-            "/tokenize", {"model": model, "prompt": trained, "add_special_tokens": False}
-        )
-        if served["tokens"] != text["tokens"]:
-            shown = vllm_server.post_json(
-                "/detokenize", {"model": model, "tokens": served["tokens"]}
-            )
-            pytest.fail(f"server renders {shown['prompt']!r}, the trainer {trained!r}")
+        )["tokens"]
+        if served != trained:
+            shown = vllm_server.post_json("/detokenize", {"model": model, "tokens": served})
+            pytest.fail(f"server renders {shown['prompt']!r}, the trainer {tok.decode(trained)!r}")
 
     @pytest.mark.parametrize(
         ("path", "body"),

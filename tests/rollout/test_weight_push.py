@@ -40,17 +40,6 @@ def scaled_copy(src: Path, dst: Path, tensor: str, factor: float) -> Path:
     return dst
 
 
-@pytest.fixture
-def served_folder() -> Path:
-    model = Path(os.environ.get("HALO_MODEL", ""))
-    if not (model / "model.safetensors").is_file():
-        pytest.skip(
-            f"needs the served model's folder on this host (HALO_MODEL={model}): "
-            "the tier sets it when it starts the server (halo test rollout-vllm --serve)"
-        )
-    return model
-
-
 @pytest.mark.rollout_vllm
 def test_pushed_weights_are_served_and_the_originals_come_back(
     vllm_server: Server, served_folder: Path, tmp_path_factory: pytest.TempPathFactory
@@ -59,13 +48,15 @@ def test_pushed_weights_are_served_and_the_originals_come_back(
     client = Client(vllm_server.url, model)
     probe = vllm_server.post_json("/tokenize", {"model": model, "prompt": PROBE})["tokens"]
     before = client.prompt_logprobs(probe)
-    # The scratch folder is shared with the server (same host, or mounted at the same path).
+    # Scratch is shared with the server: the same folder here and there, or mounted into this
+    # container (HALO_SCRATCH) from where the server sees it (HALO_SERVER_SCRATCH).
     root = Path(os.environ.get("HALO_SCRATCH", str(tmp_path_factory.mktemp("push"))))
+    on_server = Path(os.environ.get("HALO_SERVER_SCRATCH", str(root)))
     pushed = root / "weight-push-test"
     shutil.rmtree(pushed, ignore_errors=True)
     scaled_copy(served_folder, pushed, "model.norm.weight", 3.0)
     try:
-        reload(client, str(pushed))
+        reload(client, str(on_server / pushed.name))
         after = client.prompt_logprobs(probe)
         gap = max(abs(a - b) for a, b in zip(before, after, strict=True))
         assert gap > 0.05, f"the server's log-probs did not move after the push ({gap})"
@@ -74,6 +65,6 @@ def test_pushed_weights_are_served_and_the_originals_come_back(
         with pytest.raises(Exception, match="serves other weights"):
             check_served(client, probe, before, tolerance=1e-4)
     finally:
-        reload(client, str(served_folder))
+        reload(client, os.environ.get("HALO_SERVED_FOLDER_ON_SERVER", str(served_folder)))
         shutil.rmtree(pushed, ignore_errors=True)
     assert check_served(client, probe, before, tolerance=1e-4) <= 1e-4

@@ -58,7 +58,7 @@ PROBE = [
 ]
 
 
-class RunFailed(HaloError):
+class RunFailedError(HaloError):
     """The run cannot go on (rollout, reward or push): exit 1, the checkpoints kept."""
 
     exit_code = 1
@@ -74,7 +74,7 @@ class Prompt:
 def parse(row: dict[str, Any], fmt: str, src: Source, where: str) -> Prompt:
     if "prompt" not in row:
         raise HaloError(f"{where}: online-grpo needs a 'prompt' (a string or messages) per row")
-    return Prompt(formats.prompt_messages(row["prompt"], f"{where}: prompt"), row, where)
+    return Prompt(formats._prompt(row["prompt"], f"{where}: prompt"), row, where)
 
 
 def load_reward(path: str) -> Reward:
@@ -90,7 +90,9 @@ def load_reward(path: str) -> Reward:
     return fn
 
 
-def score(fn: Reward, name: str, groups: list[list[Sample]], prompts: list[Prompt]) -> list[list[float]]:
+def score(
+    fn: Reward, name: str, groups: list[list[Sample]], prompts: list[Prompt]
+) -> list[list[float]]:
     out = []
     for group, p in zip(groups, prompts, strict=True):
         rewards = []
@@ -98,12 +100,12 @@ def score(fn: Reward, name: str, groups: list[list[Sample]], prompts: list[Promp
             try:
                 r = float(fn(s.text, p.row))
             except Exception as exc:  # the user's function: any failure is one line
-                raise RunFailed(
+                raise RunFailedError(
                     f"rollout.reward {name} raised {type(exc).__name__}: {exc} "
                     f"(completion {s.text[:60]!r} of {p.where})"
                 ) from None
             if not math.isfinite(r):
-                raise RunFailed(f"rollout.reward {name} returned {r} for {p.where}")
+                raise RunFailedError(f"rollout.reward {name} returned {r} for {p.where}")
             rewards.append(r)
         out.append(rewards)
     return out
@@ -112,7 +114,9 @@ def score(fn: Reward, name: str, groups: list[list[Sample]], prompts: list[Promp
 def server_url(cfg: Config) -> str:
     url = cfg.runtime.rollout_url or os.environ.get(URL_ENV)
     if not url:
-        raise HaloError(f"runtime.rollout_url: not set (nor ${URL_ENV}): online-grpo needs a server")
+        raise HaloError(
+            f"runtime.rollout_url: not set (nor ${URL_ENV}): online-grpo needs a server"
+        )
     return url.rstrip("/")
 
 
@@ -167,7 +171,7 @@ class Rollouts:
             )
             gap = max(abs(a - b) for a, b in zip(served, expected, strict=True))
             if gap > ro.check_tolerance:
-                raise RunFailed(
+                raise RunFailedError(
                     f"{self.client.url}: serves other weights than step {tr.step} pushed "
                     f"(probe log-probs differ by {gap:.4f} > rollout.check_tolerance "
                     f"{ro.check_tolerance})"
@@ -261,12 +265,16 @@ def train(
         hook = checkpoint_hook_sleep
         sleep = hook[1] if hook and hook[0] == tr.step else 0.0
         epoch = sched.epoch_of(max(tr.step - 1, 0))
-        result.checkpoint = saving.save(tr, reason, epoch, {"loss": result.losses.get(tr.step)}, sleep)
+        result.checkpoint = saving.save(
+            tr, reason, epoch, {"loss": result.losses.get(tr.step)}, sleep
+        )
         saved_at = tr.step
 
     def eval_row() -> None:
         reward = rollouts.evaluate(held_out)
-        log(ctx, f"eval step {tr.step}: held-out mean reward {reward:.4f} ({len(held_out)} prompts)")
+        log(
+            ctx, f"eval step {tr.step}: held-out mean reward {reward:.4f} ({len(held_out)} prompts)"
+        )
         metrics._row({"step": tr.step, "eval_reward": reward})
 
     try:
@@ -293,7 +301,11 @@ def train(
                 mean_reward = sum(map(sum, rewards)) / sum(map(len, rewards))
                 pushed = rollouts.push()
                 st = StepStats(
-                    st.loss, {**st.extras, "reward": mean_reward, **pushed}, st.tokens, st.seconds, st.lr
+                    st.loss,
+                    {**st.extras, "reward": mean_reward, **pushed},
+                    st.tokens,
+                    st.seconds,
+                    st.lr,
                 )
                 result.losses[tr.step] = st.loss
                 result.tokens += st.tokens
@@ -304,7 +316,10 @@ def train(
                 ):
                     eval_row()
                 if ctx.any(stop.requested):
-                    log(ctx, f"{stop.name}: step {tr.step} finished, writing an emergency checkpoint")
+                    log(
+                        ctx,
+                        f"{stop.name}: step {tr.step} finished, writing an emergency checkpoint",
+                    )
                     save("signal")
                     result.stopped_by_signal = True
                     break
@@ -312,11 +327,11 @@ def train(
                     save("periodic")
             if not result.stopped_by_signal and saved_at != tr.step:
                 save("final")
-        except (RolloutError, RunFailed) as exc:
-            if saved_at != tr.step:
+        except (RolloutError, RunFailedError) as exc:
+            if tr.step > 0 and saved_at != tr.step:
                 log(ctx, f"online-grpo: stopping at step {tr.step}; writing a checkpoint first")
                 save("rollout-failure")
-            raise RunFailed(exc.message) from None
+            raise RunFailedError(exc.message) from None
     finally:
         metrics.close()
     result.steps = tr.step
