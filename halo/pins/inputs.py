@@ -19,6 +19,7 @@ from halo.pins.lockfile import normalize
 SETS_FILE = "sets.toml"
 REQUIREMENTS_DIR = "requirements"
 CONSTRAINTS_DIR = "constraints"
+OVERRIDES_DIR = "overrides"
 # Bumped when the way a set is resolved changes (uv flags, artifact choice): every lock
 # then reads as stale until re-locked.
 RESOLVER_REVISION = 1
@@ -30,6 +31,7 @@ SET_KEYS = frozenset(
     {
         "requirements",
         "constraints",
+        "overrides",
         "exclude",
         "python",
         "platform",
@@ -63,6 +65,13 @@ class SetInputs:
     exclude: tuple[str, ...]
     prerelease: tuple[str, ...]
     substitutes: bool
+    # Requirements that replace every other requirement on the same package, however declared
+    # (uv's --overrides): for a published package whose metadata names a build the index lacks.
+    overrides: tuple[InputFile, ...] = ()
+
+    @property
+    def override_lines(self) -> tuple[str, ...]:
+        return tuple(line for f in self.overrides for line in f.requirement_lines())
 
     @property
     def top_level(self) -> tuple[str, ...]:
@@ -88,6 +97,7 @@ class SetInputs:
                 "exclude-newer": self.exclude_newer,
                 "requirements": [[f.path, f.text] for f in self.requirements],
                 "constraints": [[f.path, f.text] for f in self.constraints],
+                "overrides": [[f.path, f.text] for f in self.overrides],
                 "exclude": list(self.exclude),
                 "prerelease": list(self.prerelease),
                 "substitutes": self.substitutes,
@@ -185,6 +195,10 @@ def _parse_set(pins_dir: Path, name: str, table: object, origin: str) -> SetInpu
         _read_input(pins_dir, CONSTRAINTS_DIR, f, where)
         for f in _str_list(table, "constraints", where)
     )
+    overrides = tuple(
+        _read_input(pins_dir, OVERRIDES_DIR, f, where)
+        for f in (_str_list(table, "overrides", where) if "overrides" in table else ())
+    )
     return SetInputs(
         name=name,
         python=python,
@@ -195,6 +209,7 @@ def _parse_set(pins_dir: Path, name: str, table: object, origin: str) -> SetInpu
         exclude=tuple(normalize(n) for n in names["exclude"]),
         prerelease=tuple(normalize(n) for n in names["prerelease"]),
         substitutes=bool(_expect(table, "substitutes", bool, where)),
+        overrides=overrides,
     )
 
 

@@ -198,7 +198,7 @@ def test_two_builds_of_one_input_hash_ship_the_same_bytes(
     second = halo("image", "build", "cpu", "--force", cwd=test_repo)
     assert second.returncode == 0, second.stderr[-2000:]
     # --force rebuilds without the layer cache: pip really installs the stack a second time.
-    assert "Successfully installed" in second.stderr and "torch-2.13.0+cpu" in second.stderr
+    assert "Successfully installed" in second.stderr and "torch-2.11.0" in second.stderr
     diff = halo("image", "diff", "halo-test:first", "halo-test:cpu", cwd=test_repo)
     assert diff.returncode == 0, diff.stdout[-3000:]
     assert diff.stdout.startswith("same content: ")
