@@ -120,6 +120,9 @@ def server_env(kind: ServerKind, python: Path, model: Path, port: int, name: str
             "HALO_VLLM_ENTRYPOINT": "module",
             # /server_info (device, config) and the weight reload of online GRPO.
             "VLLM_SERVER_DEV_MODE": "1",
+            # vLLM compiles some ops with inductor even when eager (minutes of C++ builds on
+            # two cores, for a model that needs none): torch.compile off altogether.
+            "TORCH_COMPILE_DISABLE": "1",
             # On the CPU "gpu memory utilization" is the share of the host's RAM taken for the
             # KV cache (0.92 by default: 21 GiB here, refused on a shared machine); a fixed
             # 256 MiB holds 100k tokens of the tiny model. float32 as the trainer computes, so

@@ -1,5 +1,6 @@
-"""Pushing weights to a live vLLM server: its answers follow the push, and come back with the
-original weights (what online GRPO does after every update, through halo.rollout.weights)."""
+"""The weights a live vLLM server serves: exactly those of the folder the trainer exported,
+and after a push the pushed ones (what online GRPO does after every update, through
+halo.rollout.weights), coming back with the original folder."""
 
 from __future__ import annotations
 
@@ -68,3 +69,24 @@ def test_pushed_weights_are_served_and_the_originals_come_back(
         reload(client, os.environ.get("HALO_SERVED_FOLDER_ON_SERVER", str(served_folder)))
         shutil.rmtree(pushed, ignore_errors=True)
     assert check_served(client, probe, before, tolerance=1e-4) <= 1e-4
+
+
+@pytest.mark.rollout_vllm
+def test_the_server_scores_tokens_as_the_trainer_exported_them(
+    vllm_server: Server, served_folder: Path
+) -> None:
+    """Same folder, same log-probs: in transformers (the trainer's side) and in vLLM."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    model = vllm_server.get_json("/v1/models")["data"][0]["id"]
+    ids = vllm_server.post_json("/tokenize", {"model": model, "prompt": PROBE})["tokens"]
+    served = Client(vllm_server.url, model).prompt_logprobs(ids)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        str(served_folder), dtype=torch.float32, local_files_only=True
+    ).eval()
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        logits = hf(input_ids=x).logits[0, :-1].float()
+    mine = torch.log_softmax(logits, -1).gather(1, x[0, 1:, None])[:, 0].tolist()
+    gap = max(abs(a - b) for a, b in zip(served, mine, strict=True))
+    assert gap <= 1e-3, f"vLLM and transformers disagree on the exported weights by {gap:.4f}"
