@@ -197,3 +197,40 @@ def test_serving_without_the_cpu_stack_is_one_line(
         native.stack_python(SERVERS["vllm"])
     with pytest.raises(HaloError, match="no CPU server"):
         native.start(SERVERS["sglang"], REPO, tmp_path)
+
+
+def test_rewards_are_named_by_import_path_and_fail_in_one_line() -> None:
+    from halo.train import rewards
+
+    fn = rewards.load("halo.train.rewards:exact_match")
+    row = {"prompt": "What is 2 + 3?", "completion": "2 + 3 = 5."}
+    assert rewards.score(fn, "em", [[" 2 + 3 = 5.\n", "2 + 3 = 6."]], [row], ["f:1"]) == [
+        [1.0, 0.0]
+    ]
+    for bad, why in (
+        ("exact_match", "expected 'package.module:function'"),
+        ("halo.train.rewards:nope", "cannot load"),
+        ("no_such_module_here:f", "cannot load"),
+        ("halo.train.rewards:math", "not callable"),
+    ):
+        with pytest.raises(HaloError, match=why):
+            rewards.load(bad)
+    with pytest.raises(rewards.RewardError) as err:
+        rewards.score(fn, "em", [["x"]], [{"prompt": "p"}], ["data.jsonl:7"])
+    assert err.value.message == (
+        "rollout.reward em raised KeyError: 'completion' (completion 'x' of data.jsonl:7)"
+    )
+    assert err.value.exit_code == 1
+    with pytest.raises(rewards.RewardError, match="returned nan for f:2"):
+        rewards.score(lambda t, r: float("nan"), "nanny", [["x"]], [{}], ["f:2"])
+
+
+def test_a_server_log_is_summed_up_by_its_error_line(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(
+        "INFO starting\n"
+        "(EngineCore pid=1) ERROR [x.py:9] ValueError: Available memory on node 0 is less\n"
+        "(APIServer pid=2) RuntimeError: Engine core initialization failed. See root cause above.\n"
+        "    For further information visit https://errors.example/v/value_error\n"
+    )
+    assert native._last_error(log).endswith("ValueError: Available memory on node 0 is less")

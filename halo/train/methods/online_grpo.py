@@ -24,12 +24,9 @@ checkpoint is never lost.
 
 from __future__ import annotations
 
-import importlib
-import math
 import os
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +37,7 @@ from halo.atomic import staged_dir
 from halo.errors import HaloError
 from halo.rollout import weights
 from halo.rollout.client import Client, Retry, RolloutError, Sample
-from halo.train import data, distributed, export, formats, saving, setup
+from halo.train import data, distributed, export, formats, rewards, saving, setup
 from halo.train import model as hf
 from halo.train.config import Config, Grpo, Source
 from halo.train.loop import Metrics, log
@@ -50,7 +47,6 @@ from halo.train.stopping import StopFlag
 from halo.train.tokenizer import ChatTokenizer, Message
 
 URL_ENV = "HALO_ROLLOUT_URL"
-Reward = Callable[[str, dict[str, Any]], float]
 # Scored by the server after each push and compared with the policy's own log-probs.
 PROBE = [
     {"role": "user", "content": "What is 7 + 5?"},
@@ -77,40 +73,6 @@ def parse(row: dict[str, Any], fmt: str, src: Source, where: str) -> Prompt:
     return Prompt(formats._prompt(row["prompt"], f"{where}: prompt"), row, where)
 
 
-def load_reward(path: str) -> Reward:
-    module, _, name = path.partition(":")
-    if not module or not name:
-        raise HaloError(f"rollout.reward: expected 'package.module:function', got {path!r}")
-    try:
-        fn = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise HaloError(f"rollout.reward: cannot load {path} ({exc})") from None
-    if not callable(fn):
-        raise HaloError(f"rollout.reward: {path} is not callable")
-    return fn
-
-
-def score(
-    fn: Reward, name: str, groups: list[list[Sample]], prompts: list[Prompt]
-) -> list[list[float]]:
-    out = []
-    for group, p in zip(groups, prompts, strict=True):
-        rewards = []
-        for s in group:
-            try:
-                r = float(fn(s.text, p.row))
-            except Exception as exc:  # the user's function: any failure is one line
-                raise RunFailedError(
-                    f"rollout.reward {name} raised {type(exc).__name__}: {exc} "
-                    f"(completion {s.text[:60]!r} of {p.where})"
-                ) from None
-            if not math.isfinite(r):
-                raise RunFailedError(f"rollout.reward {name} returned {r} for {p.where}")
-            rewards.append(r)
-        out.append(rewards)
-    return out
-
-
 def server_url(cfg: Config) -> str:
     url = cfg.runtime.rollout_url or os.environ.get(URL_ENV)
     if not url:
@@ -128,7 +90,7 @@ class Rollouts:
     tr: Trainer
     client: Client
     retry: Retry
-    reward: Reward
+    reward: rewards.Reward
     probe: list[int]
     pushed: list[Path] = field(default_factory=list)
     last_probe: list[float] | None = None
@@ -149,7 +111,11 @@ class Rollouts:
             what,
             lambda: self.client.complete(ids, n, self.ro.max_tokens, temperature, seed),
         )
-        return groups, score(self.reward, self.ro.reward, groups, prompts)
+        texts = [[s.text for s in g] for g in groups]
+        rows = [p.row for p in prompts]
+        return groups, rewards.score(
+            self.reward, self.ro.reward, texts, rows, [p.where for p in prompts]
+        )
 
     def push(self) -> dict[str, float]:
         """Export the policy, have the server reload it, check it serves exactly that."""
@@ -193,8 +159,8 @@ class Rollouts:
     def evaluate(self, prompts: list[Prompt]) -> float:
         if not prompts or not self.tr.ctx.is_main:
             return self.tr.ctx.broadcast(None) if prompts else float("nan")
-        _, rewards = self.sample("eval", prompts, 1, 0.0, self.cfg.training.seed)
-        return self.tr.ctx.broadcast(sum(r[0] for r in rewards) / len(rewards))
+        _, scores = self.sample("eval", prompts, 1, 0.0, self.cfg.training.seed)
+        return self.tr.ctx.broadcast(sum(r[0] for r in scores) / len(scores))
 
 
 def policy_logprobs(tr: Trainer, ids: list[int]) -> list[float]:
@@ -210,7 +176,7 @@ def build(cfg: Config, tok: ChatTokenizer) -> Method:
     g = cfg.grpo or Grpo()
     train, evals = data.load(cfg.data, cfg.training.seed, parse)
     ro = cfg.rollout
-    load_reward(ro.reward)  # fail before any model is built
+    rewards.load(ro.reward)  # fail before any model is built
     notes = [
         f"online-grpo: {len(train)} prompts, {len(evals)} held out; n {ro.n}, "
         f"temperature {ro.temperature}, max_tokens {ro.max_tokens}, reward {ro.reward}; "
@@ -245,7 +211,7 @@ def train(
         tr,
         client,
         Retry(ro.attempts, ro.backoff_s, say=lambda line: log(ctx, line)),
-        load_reward(ro.reward),
+        rewards.load(ro.reward),
         probe,
     )
     log(
@@ -283,22 +249,22 @@ def train(
             eval_row()
             for step in range(tr.step, sched.total_steps):
                 batch = [prompts[i] for i in sched.global_batch_of(step)]
-                groups, rewards = ([], [])
+                groups, scores = ([], [])
                 if ctx.is_main:
-                    groups, rewards = rollouts.sample(
+                    groups, scores = rollouts.sample(
                         f"rollout step {step + 1}",
                         batch,
                         ro.n,
                         ro.temperature,
                         t.seed * 1_000_003 + step,
                     )
-                groups, rewards = ctx.broadcast((groups, rewards))
+                groups, scores = ctx.broadcast((groups, scores))
                 rows = [
                     formats.GroupRow(p.messages, [s.text for s in g], r)
-                    for p, g, r in zip(batch, groups, rewards, strict=True)
+                    for p, g, r in zip(batch, groups, scores, strict=True)
                 ]
                 st = grpo.policy_update(tr, rows)
-                mean_reward = sum(map(sum, rewards)) / sum(map(len, rewards))
+                mean_reward = sum(map(sum, scores)) / sum(map(len, scores))
                 pushed = rollouts.push()
                 st = StepStats(
                     st.loss,
@@ -327,7 +293,7 @@ def train(
                     save("periodic")
             if not result.stopped_by_signal and saved_at != tr.step:
                 save("final")
-        except (RolloutError, RunFailedError) as exc:
+        except (RolloutError, RunFailedError, rewards.RewardError) as exc:
             if tr.step > 0 and saved_at != tr.step:
                 log(ctx, f"online-grpo: stopping at step {tr.step}; writing a checkpoint first")
                 save("rollout-failure")
