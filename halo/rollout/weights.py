@@ -36,8 +36,9 @@ def reload(client: Client, weights_path: str) -> float:
 
 def check_served(
     client: Client, probe: Sequence[int], expected: Sequence[float], tolerance: float
-) -> float:
-    """The largest gap between the server's and the trainer's log-probs of ``probe``."""
+) -> tuple[list[float], float]:
+    """The server's log-probs of ``probe`` and their largest gap to the trainer's ``expected``;
+    a gap above ``tolerance`` is an error: the server serves other weights than pushed."""
     served = client.prompt_logprobs(probe)
     if len(served) != len(expected):
         raise RolloutError(
@@ -50,4 +51,4 @@ def check_served(
             f"(probe log-probs differ by {gap:.4f} > {tolerance})",
             False,
         )
-    return gap
+    return served, gap

@@ -5,11 +5,13 @@ Per step: a global batch of prompts (the same seeded order as the offline loop) 
 completions each from the server's OpenAI API (the prompt sent as the trainer's own
 rendering, token ids, so the server sees exactly what the policy is trained on) -> the reward
 function named in ``rollout.reward`` scores each against its dataset row -> GRPO's policy
-update (group advantages, clipped surrogate, optional KL; `grpo.policy_update`) -> the new
+update on exactly the sampled tokens (group advantages, clipped surrogate, optional KL:
+GRPO's loss through `loop.step`) -> the new
 weights written as a serving folder and reloaded by the server in place
 (halo.rollout.weights) -> the server's log-probs of a probe sequence must equal the policy's
-before the next rollout starts. Held-out prompts are answered greedily every
-``rollout.eval_every_steps``: their mean reward is the curve that says whether it learns.
+before the next rollout starts. Held-out prompts (``data.eval``) are sampled as in training
+every ``rollout.eval_every_steps``, with a fixed seed: their mean reward is the curve that
+says whether it learns.
 
 Data rows: ``{"prompt": str | messages, "completion": reference}`` (the prompt/completion
 format; the reward reads the row). The server URL comes from ``runtime.rollout_url`` or
@@ -37,10 +39,9 @@ from halo.atomic import staged_dir
 from halo.errors import HaloError
 from halo.rollout import weights
 from halo.rollout.client import Client, Retry, RolloutError, Sample
-from halo.train import data, distributed, export, formats, rewards, saving, setup
+from halo.train import data, distributed, export, formats, loop, rewards, saving, setup
 from halo.train import model as hf
 from halo.train.config import Config, Grpo, Source
-from halo.train.loop import Metrics, log
 from halo.train.methods import grpo
 from halo.train.state import Method, Result, StepStats, Trainer
 from halo.train.stopping import StopFlag
@@ -132,16 +133,10 @@ class Rollouts:
             t0 = time.monotonic()
             self.retry(f"push step {tr.step}", lambda: weights.reload(self.client, on_server))
             out["push_s"] = time.monotonic() - t0
-            served = self.retry(
-                f"check step {tr.step}", lambda: self.client.prompt_logprobs(self.probe)
+            served, gap = self.retry(
+                f"check step {tr.step}",
+                lambda: weights.check_served(self.client, self.probe, expected, ro.check_tolerance),
             )
-            gap = max(abs(a - b) for a, b in zip(served, expected, strict=True))
-            if gap > ro.check_tolerance:
-                raise RunFailedError(
-                    f"{self.client.url}: serves other weights than step {tr.step} pushed "
-                    f"(probe log-probs differ by {gap:.4f} > rollout.check_tolerance "
-                    f"{ro.check_tolerance})"
-                )
             if self.last_probe is not None:
                 out["served_shift"] = max(
                     abs(a - b) for a, b in zip(served, self.last_probe, strict=True)
@@ -159,8 +154,27 @@ class Rollouts:
     def evaluate(self, prompts: list[Prompt]) -> float:
         if not prompts or not self.tr.ctx.is_main:
             return self.tr.ctx.broadcast(None) if prompts else float("nan")
-        _, scores = self.sample("eval", prompts, 1, 0.0, self.cfg.training.seed)
-        return self.tr.ctx.broadcast(sum(r[0] for r in scores) / len(scores))
+        # The reward the policy is trained to raise: sampled as in training (n per prompt,
+        # the same temperature), with a fixed seed so that only the weights change.
+        ro = self.ro
+        _, scores = self.sample("eval", prompts, ro.n, ro.temperature, self.cfg.training.seed)
+        mean = sum(map(sum, scores)) / sum(map(len, scores))
+        return self.tr.ctx.broadcast(mean)
+
+
+def encode(prompt: list[int], group: list[Sample], scores: list[float], max_len: int) -> grpo.Group:
+    """A group as GRPO trains on it: the prompt and exactly the tokens the server sampled
+    (ending with the end-of-turn token when it stopped), trained on the sampled tokens.
+
+    Token ids, not the text re-rendered: a byte-level sample that is not valid UTF-8 comes
+    back as U+FFFD, which re-encodes to other tokens than the ones the policy chose.
+    """
+    seqs = []
+    for s in group:
+        full = [*prompt, *s.token_ids][: max_len + 1]
+        train = ([False] * len(prompt) + [True] * len(s.token_ids))[: max_len + 1]
+        seqs.append(data.shift(full, train))
+    return grpo.Group(tuple(seqs), tuple(scores))
 
 
 def policy_logprobs(tr: Trainer, ids: list[int]) -> list[float]:
@@ -210,18 +224,18 @@ def train(
         cfg,
         tr,
         client,
-        Retry(ro.attempts, ro.backoff_s, say=lambda line: log(ctx, line)),
+        Retry(ro.attempts, ro.backoff_s, say=lambda line: loop.log(ctx, line)),
         rewards.load(ro.reward),
         probe,
     )
-    log(
+    loop.log(
         ctx,
         f"online-grpo: {sched.total_steps} steps of {t.global_batch_size} prompts x {ro.n} "
         f"from {client.url} ({client.model}), world {ctx.world} ({tr.mode}), device {ctx.device}",
     )
     for note in method.notes:
-        log(ctx, note)
-    metrics = Metrics(cfg.log_dir, ctx, cfg.logging.every_steps)
+        loop.log(ctx, note)
+    metrics = loop.Metrics(cfg.log_dir, ctx, cfg.logging.every_steps)
     result = Result(tr.step, {}, 0, 0.0, False, None)
     saved_at = tr.step if found is not None else -1
     started = time.monotonic()
@@ -238,8 +252,10 @@ def train(
 
     def eval_row() -> None:
         reward = rollouts.evaluate(held_out)
-        log(
-            ctx, f"eval step {tr.step}: held-out mean reward {reward:.4f} ({len(held_out)} prompts)"
+        loop.log(
+            ctx,
+            f"eval step {tr.step}: held-out mean reward {reward:.4f} "
+            f"({len(held_out)} prompts x {ro.n})",
         )
         metrics._row({"step": tr.step, "eval_reward": reward})
 
@@ -259,11 +275,13 @@ def train(
                         t.seed * 1_000_003 + step,
                     )
                 groups, scores = ctx.broadcast((groups, scores))
-                rows = [
-                    formats.GroupRow(p.messages, [s.text for s in g], r)
-                    for p, g, r in zip(batch, groups, scores, strict=True)
+                ids = rollouts.prompt_ids(batch)
+                encoded = [
+                    encode(p, g, r, cfg.data.max_seq_len)
+                    for p, g, r in zip(ids, groups, scores, strict=True)
                 ]
-                st = grpo.policy_update(tr, rows)
+                # GRPO's own update: group advantages, clipped surrogate, KL (grpo.make).
+                st = loop.step(tr, tr.method.shard(encoded, ctx.rank, ctx.world))
                 mean_reward = sum(map(sum, scores)) / sum(map(len, scores))
                 pushed = rollouts.push()
                 st = StepStats(
@@ -282,7 +300,7 @@ def train(
                 ):
                     eval_row()
                 if ctx.any(stop.requested):
-                    log(
+                    loop.log(
                         ctx,
                         f"{stop.name}: step {tr.step} finished, writing an emergency checkpoint",
                     )
@@ -295,7 +313,9 @@ def train(
                 save("final")
         except (RolloutError, RunFailedError, rewards.RewardError) as exc:
             if tr.step > 0 and saved_at != tr.step:
-                log(ctx, f"online-grpo: stopping at step {tr.step}; writing a checkpoint first")
+                loop.log(
+                    ctx, f"online-grpo: stopping at step {tr.step}; writing a checkpoint first"
+                )
                 save("rollout-failure")
             raise RunFailedError(exc.message) from None
     finally:
