@@ -283,10 +283,12 @@ def train(
                 # GRPO's own update: group advantages, clipped surrogate, KL (grpo.make).
                 st = loop.step(tr, tr.method.shard(encoded, ctx.rank, ctx.world))
                 mean_reward = sum(map(sum, scores)) / sum(map(len, scores))
+                # Only a group whose rewards differ has advantages: none, and nothing moves.
+                live = float(sum(1 for r in scores if max(r) > min(r)))
                 pushed = rollouts.push()
                 st = StepStats(
                     st.loss,
-                    {**st.extras, "reward": mean_reward, **pushed},
+                    {**st.extras, "reward": mean_reward, "groups_with_signal": live, **pushed},
                     st.tokens,
                     st.seconds,
                     st.lr,
