@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "halo.patching.cli",
     "halo.testing.cli",
     "halo.rollout.cli",
+    "halo.stack.cli",
     "halo.ci.cli",
     "halo.train.cli",
 )

@@ -19,7 +19,7 @@ from halo.images.context import stage_context
 from halo.images.docker import Docker
 from halo.images.inputs import Inputs, image_inputs
 from halo.paths import cache_home
-from halo.pins.lockfile import load_lock
+from halo.pins.lockfile import load_lock, lock_path
 from halo.report import human_bytes, say, table
 from halo.sources import index_urls, substitute_dirs
 from halo.store.fetch import fetch_lock, summary
@@ -78,7 +78,7 @@ def build_image(
     start = time.monotonic()
     docker = Docker.discover()
     load_lock(
-        repo / "pins" / f"{image.pins}.lock"
+        lock_path(repo / "pins", image.pins)
     )  # a missing or broken lock fails before anything else
     docker.ping()
     inputs = resolve_inputs(repo, catalog, image, docker)
@@ -96,7 +96,7 @@ def build_image(
         make_base(catalog.bases[image.builder], repo, docker, work)
     inputs = resolve_inputs(repo, catalog, image, docker)  # the base may have just been made
     immutable = image.immutable_ref(inputs.hash)
-    lock = load_lock(repo / "pins" / f"{image.pins}.lock")
+    lock = load_lock(lock_path(repo / "pins", image.pins))
     print(summary(lock.set, fetch_lock(lock, store, IndexClient(index_urls()), substitute_dirs())))
     kernel_wheels = build_derivations(repo, catalog, image, store, docker)
 

@@ -2,6 +2,8 @@
 
 wheels/    the lock's artifacts, hard-linked from the store after re-verifying their sha256,
            plus requirements.txt (name==version --hash=...) and _pip.whl to install them
+install/   the install step that installs them (halo.stack.stage; `halo stack verify` runs
+           the same one)
 kernels/   wheels of source derivations (may be empty) and their requirements.txt
 halo/      halo's own wheel and build-inputs.json
 patches/   the patch modules, applied strictly in the image
@@ -15,20 +17,10 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from halo.errors import HaloError
 from halo.images.selfwheel import build_wheel
-from halo.pins.lockfile import Lock, normalize
+from halo.pins.lockfile import Lock
+from halo.stack.stage import stage
 from halo.store.store import Store
-
-PIP_NAME = "pip"
-
-
-def requirements(lock: Lock) -> str:
-    lines = []
-    for pkg in sorted(lock.packages, key=lambda p: normalize(p.name)):
-        hashes = " ".join(f"--hash=sha256:{a.sha256}" for a in pkg.artifacts)
-        lines.append(f"{pkg.name}=={pkg.version} {hashes}")
-    return "\n".join(lines) + "\n"
 
 
 def stage_context(
@@ -41,18 +33,7 @@ def stage_context(
     image_dir: Path | None = None,
 ) -> None:
     """Fill ``ctx`` (an empty directory). Raises before writing the Dockerfile if any artifact is off."""
-    pip = lock.package(PIP_NAME)
-    if pip is None or not any(a.is_wheel for a in pip.artifacts):
-        raise HaloError(
-            f"pins/{lock.set}.lock: no pip wheel; the image installs the lock offline with pip, add `pip` to the set's requirements"
-        )
-    wheels = ctx / "wheels"
-    for art in lock.artifacts:
-        store.verify(art.sha256, art.file)
-        store.link_into(art.sha256, wheels / art.file)
-    pip_wheel = next(a for a in pip.artifacts if a.is_wheel)
-    store.link_into(pip_wheel.sha256, wheels / "_pip.whl")
-    (wheels / "requirements.txt").write_text(requirements(lock))
+    stage(ctx, lock, store, repo / "patches")
 
     kernels = ctx / "kernels"
     kernels.mkdir()

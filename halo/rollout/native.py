@@ -21,7 +21,6 @@ from pathlib import Path
 
 from halo.atomic import write_text
 from halo.errors import HaloError
-from halo.paths import scratch_root
 from halo.report import say
 from halo.rollout.servers import ServerKind, probe
 
@@ -73,8 +72,9 @@ def stack_python(kind: ServerKind) -> Path:
     if given := os.environ.get(env):
         py = Path(given)
     else:
-        root = Path(os.environ.get("HALO_STACK_VENVS") or scratch_root() / "stacks")
-        py = root / kind.cpu_pins / "bin" / "python"
+        from halo.stack.cli import venvs_root
+
+        py = venvs_root(None) / kind.cpu_pins / "bin" / "python"
     if not py.is_file():
         raise HaloError(
             f"{py}: no {kind.cpu_pins} stack installed (install the lock with "

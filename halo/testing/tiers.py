@@ -96,6 +96,16 @@ def read_junit(path: Path) -> Counts | None:
     )
 
 
+def _torch_here() -> str:
+    """Which torch a native run tests (a CPU build, or a GPU stack's torch on the CPU)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"torch=={version('torch')}"
+    except PackageNotFoundError:
+        return "no-torch"
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where a tier's container runs beyond its defaults: GPUs, which ones, which fabric."""
@@ -184,7 +194,7 @@ def _run_pytest(
             env={**os.environ, **env},
             check=False,
         ).returncode
-        where = "native"
+        where = f"native:{_torch_here()}"
     else:
         spec = RunSpec(
             image=image_ref,

@@ -73,7 +73,7 @@ def test_changing_halo_rebuilds_only_the_last_layer(
 def test_a_flipped_byte_in_the_store_refuses_the_build_and_tags_nothing(
     cpu_built: str, test_repo: Path, docker: Docker, tmp_path: Path
 ) -> None:
-    lock = load_lock(test_repo / "pins" / "cpu.lock")
+    lock = load_lock(test_repo / "pins" / "pylock.cpu.toml")
     victim = lock.package("execnet").artifacts[0]  # type: ignore[union-attr]
     real, copy = Store(store_root()), linked_store(tmp_path / "store", lock.artifacts)
     tampered = copy.path(victim.sha256)
@@ -141,7 +141,7 @@ def test_image_carries_build_record_labels_and_sbom(cpu_built: str, docker: Dock
 def test_an_artifact_missing_from_the_store_fails_the_build_naming_it(
     cpu_built: str, test_repo: Path, docker: Docker, tmp_path: Path
 ) -> None:
-    lock = load_lock(test_repo / "pins" / "cpu.lock")
+    lock = load_lock(test_repo / "pins" / "pylock.cpu.toml")
     missing = lock.package("iniconfig").artifacts[0]  # type: ignore[union-attr]
     copy = linked_store(tmp_path / "store", [a for a in lock.artifacts if a != missing])
     _touch_halo(test_repo, "missing artifact test")

@@ -105,13 +105,13 @@ def test_unknown_image_is_one_line_exit_2(
 def test_missing_lock_is_one_line_exit_2(
     repo_copy: Path, isolated_env: dict[str, str], tmp_path: Path
 ) -> None:
-    (repo_copy / "pins" / "cpu.lock").unlink()
+    (repo_copy / "pins" / "pylock.cpu.toml").unlink()
     for argv in (("image", "build", "cpu"), ("fetch", "cpu")):
         proc = halo(*argv, cwd=repo_copy, env=isolated_env)
         assert proc.returncode == 2, argv
         assert (
             _one_error_line(proc)
-            == f"halo: error: {repo_copy}/pins/cpu.lock: lock not found; run `halo pins lock cpu`"
+            == f"halo: error: {repo_copy}/pins/pylock.cpu.toml: lock not found; run `halo pins lock cpu`"
         )
     assert tree_listing(tmp_path / "store") == tree_listing(tmp_path / "cache") == []
 
@@ -137,7 +137,8 @@ def test_input_hash_is_stable_and_independent_of_the_checkout_path(
 
 
 @pytest.mark.parametrize(
-    "path", ["halo/__init__.py", "patches/README.md", "images/training/Dockerfile", "pins/cpu.lock"]
+    "path",
+    ["halo/__init__.py", "patches/README.md", "images/training/Dockerfile", "pins/pylock.cpu.toml"],
 )
 def test_input_hash_covers(repo_copy: Path, path: str) -> None:
     before = _inputs(repo_copy).hash
