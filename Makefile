@@ -19,7 +19,8 @@ REGISTRY ?=
 	build-cpu build-blackwell build-hopper build-vllm build-sglang build-all test test-toolchain \
 	test-cpu test-gpu-core test-gpu-full test-rollout-vllm test-rollout-sglang patches example \
 	bench ci-render train seed-hf-cache ecr-public-login push-public-all push-public-blackwell \
-	push-public-hopper push-public-vllm push-public-sglang
+	push-public-hopper push-public-vllm push-public-sglang \
+	test-gpu-vllm test-gpu-sglang serve-vllm
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
@@ -74,6 +75,19 @@ test-rollout-vllm: ## rollout tests against a running vLLM server
 	$(NOX) -s test-rollout-vllm
 test-rollout-sglang: ## rollout tests against a running SGLang server
 	$(NOX) -s test-rollout-sglang
+# The rollout tiers on a GPU node, trainer container beside the server (the original Halo
+# project's names). EFA=1: NCCL over the fabric; else plain sockets (NCCL_IB_DISABLE=1,
+# NCCL_NET=Socket). SERVER_TIER=moe targets the MoE server config; TRAINER_CUDA_DEVICES=0,1
+# picks the trainer's GPUs (default all).
+GPU_TIER_FLAGS = --gpus $(if $(EFA),--fabric efa) \
+	$(if $(TRAINER_CUDA_DEVICES),--cuda-devices $(TRAINER_CUDA_DEVICES)) \
+	$(if $(SERVER_TIER),--server-tier $(SERVER_TIER))
+test-gpu-vllm: ## rollout-vllm on GPUs (EFA=1, SERVER_TIER=moe, TRAINER_CUDA_DEVICES=0,1)
+	$(NOX) -s test-rollout-vllm -- $(GPU_TIER_FLAGS)
+test-gpu-sglang: ## rollout-sglang on GPUs (EFA=1, SERVER_TIER=moe, TRAINER_CUDA_DEVICES=0,1)
+	$(NOX) -s test-rollout-sglang -- $(GPU_TIER_FLAGS)
+serve-vllm: ## no GPU: the vLLM CPU server on this host (halo serve start vllm)
+	$(NOX) -s serve-vllm
 patches: ## verify patches against halo:cpu's environment
 	$(NOX) -s patches
 example: ## the main job: build halo:cpu and train the tiny SFT example in it

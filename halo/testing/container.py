@@ -28,6 +28,18 @@ SCRATCH = "/scratch"
 SCRATCH_DIRS = ("home", "hf", "tmp", "data")
 GPU_SHM = "16g"
 CPU_SHM = "2g"
+# How NCCL leaves the node. No fabric: plain TCP sockets, NCCL's IB transport off. EFA: the
+# host's /dev/infiniband and NCCL over Libfabric through the aws-ofi-nccl plugin ("ofi"),
+# sockets only on real interfaces (the exclude list keeps loopback and docker bridges out).
+FABRICS: dict[str, dict[str, str]] = {
+    "none": {"NCCL_IB_DISABLE": "1", "NCCL_NET": "Socket"},
+    "efa": {
+        "NCCL_NET": "Libfabric",
+        "NCCL_NET_PLUGIN": "ofi",
+        "NCCL_IB_DISABLE": "0",
+        "NCCL_SOCKET_IFNAME": "^lo,docker,veth",
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -41,6 +53,8 @@ class RunSpec:
     workspace_writable: bool = False
     credentials: bool = False  # .env and ~/.aws, when present and not in CI
     offline: bool = True  # HF_HUB_OFFLINE=1: tiers read only what is cached
+    fabric: str = "none"  # a key of FABRICS; only GPU runs talk NCCL
+    cuda_devices: str = "all"  # "all" or a comma list of GPU indices
 
 
 def in_ci() -> bool:
@@ -61,6 +75,7 @@ def container_env(spec: RunSpec) -> dict[str, str]:
         env["HF_HUB_OFFLINE"] = "1"
     if spec.gpus:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+        env.update(FABRICS[spec.fabric])
     return {**env, **spec.env}
 
 
@@ -71,7 +86,14 @@ def docker_run_args(
     args = ["--rm", "--init", "--pull", "never", f"--network={spec.network}", "--ipc=host"]
     args.append(f"--shm-size={GPU_SHM if spec.gpus else CPU_SHM}")
     if spec.gpus:
-        args += ["--gpus", "all", "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
+        if spec.fabric not in FABRICS:
+            raise ValueError(f"fabric {spec.fabric!r}: expected one of {sorted(FABRICS)}")
+        # NCCL and RDMA pin memory; docker splits --gpus on commas unless the device list is
+        # quoted inside the value.
+        gpus = "all" if spec.cuda_devices == "all" else f'"device={spec.cuda_devices}"'
+        args += ["--gpus", gpus, "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
+        if spec.fabric == "efa":
+            args += ["--device=/dev/infiniband"]
     args += ["--user", f"{os.getuid()}:{os.getgid()}"]
     ro = "" if spec.workspace_writable else ":ro"
     args += ["-v", f"{repo}:{WORKSPACE}{ro}", "-v", f"{scratch}:{SCRATCH}", "-w", WORKSPACE]
