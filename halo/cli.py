@@ -22,8 +22,10 @@ COMMAND_MODULES = (
     "halo.cache.cli",
     "halo.patching.cli",
     "halo.testing.cli",
+    "halo.rollout.cli",
     "halo.stack.cli",
-    "halo.ci.cli",
+    "halo.workflow.cli",
+    "halo.devtools.cli",
     "halo.train.cli",
 )
 

@@ -7,7 +7,6 @@ only makes sure the moving tag points at it.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,24 +60,19 @@ def resolve_inputs(repo: Path, catalog: Catalog, image: Image, docker: Docker | 
     return Inputs({**inputs.parts, "derivations": {d.name: derivation_hash(d, repo) for d in drvs}})
 
 
-def _git(repo: Path, *args: str) -> str:
-    proc = subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=False
-    )
-    return proc.stdout.strip() if proc.returncode == 0 else ""
-
-
 def labels(repo: Path, image: Image, inputs: Inputs) -> dict[str, str]:
-    out = {
+    """The OCI labels baked into the image config: only what the inputs determine.
+
+    The same inputs must give the same config, so where the source came from (revision,
+    repository URL: per commit, per clone, and possibly carrying a token) is not here: it is
+    an annotation on the manifest at push time (`halo.images.provenance`).
+    """
+    del repo  # kept for callers; nothing about the checkout but its inputs reaches the image
+    return {
         f"{LABEL_PREFIX}.title": image.moving_ref,
         f"{LABEL_PREFIX}.version": __version__,
-        f"{LABEL_PREFIX}.revision": _git(repo, "rev-parse", "HEAD") or "unknown",
         "io.halo.input-hash": inputs.hash,
     }
-    remote = _git(repo, "remote", "get-url", "origin")
-    if remote.startswith("https://"):
-        out[f"{LABEL_PREFIX}.source"] = remote
-    return out
 
 
 def build_image(
