@@ -20,10 +20,12 @@ Output goes to a log file; progress is the ninja ``[n/m]`` counter, a line every
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -42,6 +44,7 @@ _ENTER = (
     f'cd "{FIXED}/src/$3" && shift 3 && exec "$@"'
 )
 PROGRESS_EVERY_S = 30.0
+STOP_GRACE_S = 15.0
 _NINJA = re.compile(r"^\s*\[(\d+)/(\d+)\]")
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")  # a traceback's last line
 _GUARD = """#!/bin/sh
@@ -130,6 +133,34 @@ def recipe() -> dict[str, object]:
     }
 
 
+class Stopped(BaseException):
+    """halo was asked to stop (SIGTERM) while a build ran: the build is stopped with it."""
+
+
+def _stop_on_sigterm() -> object:
+    """Make SIGTERM raise in the main thread (Python's default would exit past the cleanup)."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise Stopped()
+
+    if threading.current_thread() is threading.main_thread():
+        return signal.signal(signal.SIGTERM, handler)
+    return None
+
+
+def stop_build(proc: subprocess.Popen[str]) -> None:
+    """Stop a build's whole session: SIGTERM first, which ninja passes on to every compiler it
+    runs (each in its own process group, so a SIGKILL of the group would orphan them)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def run_logged(
     argv: list[str],
     cwd: Path,
@@ -138,28 +169,35 @@ def run_logged(
     label: str,
     on_line: Callable[[str], None] = lambda line: None,
 ) -> int:
-    """Run ``argv`` with its output in ``log``; a progress line now and then; its exit code."""
+    """Run ``argv`` with its output in ``log``; a progress line now and then; its exit code.
+
+    If halo is interrupted or terminated meanwhile, the build is stopped before it goes on.
+    """
     last, shown = time.monotonic(), ""
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            argv, cwd=cwd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, errors="replace", start_new_session=True,
-        )  # fmt: skip
-        assert proc.stdout is not None
-        try:
-            for line in proc.stdout:
-                out.write(line)
-                on_line(line)
-                if m := _NINJA.match(line):
-                    shown = f"{m.group(1)}/{m.group(2)} compiled"
-                if time.monotonic() - last >= PROGRESS_EVERY_S:
-                    last = time.monotonic()
-                    say(f"  {label}: {shown or 'configuring'} (log: {log})")
-            return proc.wait()
-        except BaseException:
-            os.killpg(proc.pid, signal.SIGKILL)  # ninja and every nvcc it started, too
-            proc.wait()
-            raise
+    previous = _stop_on_sigterm()
+    try:
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                argv, cwd=cwd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                text=True, errors="replace", start_new_session=True,
+            )  # fmt: skip
+            assert proc.stdout is not None
+            try:
+                for line in proc.stdout:
+                    out.write(line)
+                    on_line(line)
+                    if m := _NINJA.match(line):
+                        shown = f"{m.group(1)}/{m.group(2)} compiled"
+                    if time.monotonic() - last >= PROGRESS_EVERY_S:
+                        last = time.monotonic()
+                        say(f"  {label}: {shown or 'configuring'} (log: {log})")
+                return proc.wait()
+            except BaseException:
+                stop_build(proc)
+                raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)  # type: ignore[arg-type]
 
 
 def build_wheel(

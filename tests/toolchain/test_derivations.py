@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -326,3 +328,43 @@ def test_c_extension_compiles_in_docker_once_then_is_reused(tmp_path: Path) -> N
         _run_ext(tmp_path / "site", "import halo_demo_ext; print(halo_demo_ext.greet(7))")
         == "hi 49"
     )
+
+
+def test_stopping_halo_stops_the_build(tmp_path: Path, small_native: Toolchain) -> None:
+    """SIGTERM to halo reaches the build, which runs in its own session."""
+    started = tmp_path / "build.pid"
+    slow = write_tree(
+        tmp_path / "slow",
+        {
+            "setup.py": f"""
+                import os, time
+                from setuptools import setup
+                with open({str(started)!r}, "w") as fh:
+                    fh.write(str(os.getpid()))
+                time.sleep(600)
+                setup(name="halo-slow", version="1.0.0")
+                """,
+        },
+    )
+    pin = pin_for(slow, "slow", "halo-slow")
+    store_with(tmp_path / "store", small_native, pin, slow)
+    script = (
+        "import sys; from pathlib import Path; import kernels_support as k\n"
+        "from halo.images.derivations import realise\n"
+        "from halo.store.store import Store\n"
+        f"pin = k.pin_for(Path({str(slow)!r}), 'slow', 'halo-slow')\n"
+        f"r = k.realiser(Path({str(tmp_path)!r}), Store(Path({str(tmp_path / 'store')!r})))\n"
+        "realise(k.derivation(pin, k.small_toolchain()), r)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'tests' / 'toolchain'}:{REPO}"}
+    halo_proc = subprocess.Popen([sys.executable, "-c", script], env=env)
+    deadline = time.monotonic() + 300
+    while not started.exists() or not started.read_text():
+        assert halo_proc.poll() is None and time.monotonic() < deadline, "the build never started"
+        time.sleep(0.5)
+    build = int(started.read_text())
+    halo_proc.send_signal(signal.SIGTERM)
+    assert halo_proc.wait(timeout=60) != 0
+    time.sleep(1)
+    with pytest.raises(ProcessLookupError):
+        os.kill(build, 0)  # the build script is gone, not orphaned
