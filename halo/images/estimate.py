@@ -15,10 +15,11 @@ from halo.images.derivations import Cache, Derivation, parallelism
 from halo.store.store import Store
 
 # Core-hours of one single-architecture compile with the cuda-builder toolchain, where no
-# record of one exists yet. FA2: 73 nvcc units (head dims x dtypes x fwd/bwd/split, causal);
-# FA3 (hopper/, sm_90a, no SM8x): about 100 far heavier units; DeepEP: measured on this kind
-# of host (2 busy cores), see the record of the derivation once built.
-SEED_CORE_HOURS = {"flash-attn": 4.0, "flash-attn-3": 24.0, "deep-ep": 0.5}
+# record of one exists yet. Measured on this kind of host (2 busy cores): FA2's first nvcc
+# unit (one of 73) took 7 min for sm_100, so about 8 core-hours; FA3 (hopper/, sm_90a, no
+# SM8x) has about 100 units, each several times heavier; DeepEP's AOT part took 5.3 min at
+# MAX_JOBS=2.
+SEED_CORE_HOURS = {"flash-attn": 8.0, "flash-attn-3": 40.0, "deep-ep": 0.2}
 LONG_HOURS = 2.0  # beyond this, the plan says to compile on a host with the cores
 
 
