@@ -258,13 +258,19 @@ def probe_rows(inputs: Inputs, result: dict, site: Path) -> list[Row]:
         )
         rows.append(_row("torch", failures, detail))
         want = _lock_version(lock, NCCL)
-        got = torch.get("nccl") if torch else None
+        built = torch.get("nccl") if torch else None
+        loaded = result.get("nccl_loaded")
+        got = loaded or built
         failures = []
         if want is None:
             failures.append(f"the lock has no {NCCL}")
         elif got != want:
-            failures.append(f"torch reports NCCL {got}, the lock has {NCCL} {want}")
-        rows.append(_row("nccl", failures, f"torch's NCCL {got} == {NCCL} {want}"))
+            who = "the loaded NCCL is" if loaded else "torch reports NCCL"
+            failures.append(f"{who} {got}, the lock has {NCCL} {want}")
+        # torch reports the NCCL it was built against; where the lock overrides it (DeepEP
+        # needs a newer one), the library it loads is the lock's.
+        built_note = f" (torch built against {built})" if loaded and built != loaded else ""
+        rows.append(_row("nccl", failures, f"torch's NCCL {got} == {NCCL} {want}{built_note}"))
     if spec.numpy_below_2:
         got = result.get("numpy")
         bad = got is None or Version(got) >= Version("2")
