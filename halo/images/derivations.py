@@ -21,7 +21,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -203,17 +203,11 @@ class Realiser:
     substitutes: tuple[Path, ...] = ()
     download: Download | None = None
     keep_log: Path | None = None  # a folder that keeps each build's log
-    patches: Path = field(default=Path("patches"))
+    patches: Path | None = None  # the patches folder; default: the repository's
 
     @property
     def patches_dir(self) -> Path:
-        return self.patches if self.patches.is_absolute() else self.repo / self.patches
-
-
-def cached(store: Store, drv_hash: str) -> tuple[str, str] | None:
-    """(wheel file name, sha256) of a realised derivation whose wheel is in the store, verified."""
-    record = read_record(store, drv_hash)
-    return (record.wheel, record.sha256) if record else None
+        return self.patches or self.repo / "patches"
 
 
 def realise(drv: Derivation, r: Realiser) -> Realised:
