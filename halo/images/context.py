@@ -17,7 +17,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from halo.images.selfwheel import build_wheel
+from halo.images.wheel import build_wheel
 from halo.pins.lockfile import Lock
 from halo.stack.stage import stage
 from halo.store.store import Store

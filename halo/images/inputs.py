@@ -11,6 +11,7 @@ from halo.errors import HaloError
 from halo.hashing import sha256_file, sha256_json, sha256_tree
 from halo.images.base import BaseState
 from halo.images.catalog import Image
+from halo.images.wheel import backend_inputs
 from halo.pins.lockfile import lock_path
 
 
@@ -69,7 +70,9 @@ def image_inputs(
         # What the Dockerfile may COPY from its own folder (a server's entrypoint script).
         "image_dir_sha256": sha256_tree((repo / image.dockerfile).parent),
         "halo_sha256": sha256_tree(repo / "halo"),
-        "pyproject_sha256": sha256_file(repo / "pyproject.toml"),
+        # What else halo's wheel is made of: README.md (its METADATA), pyproject.toml (which
+        # pins the build backend), files' executable bits.
+        **backend_inputs(repo),
         "halo_version": __version__,
         "build_args": dict(sorted(build_args.items())),
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from halo.errors import HaloError
 from halo.images.base import BaseState
 from halo.images.build import resolve_inputs
 from halo.images.catalog import load_catalog, parse_catalog
-from halo.images.selfwheel import build_wheel
+from halo.images.wheel import build_wheel
 
 GOOD = """
 bases:
@@ -124,7 +125,6 @@ def _inputs(repo: Path, name: str = "cpu"):  # type: ignore[no-untyped-def]
 def test_input_hash_is_stable_and_independent_of_the_checkout_path(
     repo_copy: Path, tmp_path: Path
 ) -> None:
-    import shutil
 
     other = tmp_path / "elsewhere" / "checkout"
     shutil.copytree(repo_copy, other)
@@ -138,7 +138,13 @@ def test_input_hash_is_stable_and_independent_of_the_checkout_path(
 
 @pytest.mark.parametrize(
     "path",
-    ["halo/__init__.py", "patches/README.md", "images/training/Dockerfile", "pins/pylock.cpu.toml"],
+    [
+        "halo/__init__.py",
+        "patches/README.md",
+        "images/training/Dockerfile",
+        "pins/pylock.cpu.toml",
+        "README.md",  # the build backend writes it into halo's wheel
+    ],
 )
 def test_input_hash_covers(repo_copy: Path, path: str) -> None:
     before = _inputs(repo_copy).hash
@@ -146,6 +152,12 @@ def test_input_hash_covers(repo_copy: Path, path: str) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("a") as fh:
         fh.write("\n# changed\n")
+    assert _inputs(repo_copy).hash != before
+
+
+def test_input_hash_covers_an_executable_bit_the_wheel_keeps(repo_copy: Path) -> None:
+    before = _inputs(repo_copy).hash
+    (repo_copy / "halo" / "cli.py").chmod(0o755)
     assert _inputs(repo_copy).hash != before
 
 
@@ -170,15 +182,39 @@ def test_a_made_base_enters_the_hash_by_its_digest(repo_copy: Path) -> None:
     assert base_identity(BaseState("halo-base/x:1", None), "r") == "pending:r"
 
 
-def test_halo_wheel_is_a_pure_function_of_the_source(repo_copy: Path, tmp_path: Path) -> None:
+def test_halo_wheel_is_built_by_the_backend_as_a_pure_function_of_the_source(
+    repo_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import zipfile
+
     a = build_wheel(repo_copy, tmp_path / "a")
-    b = build_wheel(repo_copy, tmp_path / "b")
+    with zipfile.ZipFile(a) as zf:
+        wheel_meta = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/WHEEL")))
+    assert b"Generator: hatchling" in wheel_meta
+    # Another checkout: other mtimes, a caller's SOURCE_DATE_EPOCH; the same bytes.
+    other = tmp_path / "other"
+    shutil.copytree(repo_copy, other)
+    for path in (other / "halo").rglob("*.py"):
+        os.utime(path, (1_000_000_000, 1_000_000_000))
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1234567890")
+    b = build_wheel(other, tmp_path / "b")
+    assert a.name == b.name
     assert hashlib.sha256(a.read_bytes()).digest() == hashlib.sha256(b.read_bytes()).digest()
     (repo_copy / "halo" / "__init__.py").write_text(
         (repo_copy / "halo" / "__init__.py").read_text() + "# x\n"
     )
     c = build_wheel(repo_copy, tmp_path / "c")
     assert hashlib.sha256(c.read_bytes()).digest() != hashlib.sha256(a.read_bytes()).digest()
+
+
+def test_halo_wheel_refuses_a_backend_other_than_the_pinned_one(repo_copy: Path) -> None:
+    pyproject = repo_copy / "pyproject.toml"
+    text = pyproject.read_text()
+    assert 'requires = ["hatchling==' in text
+    pyproject.write_text(text.replace('requires = ["hatchling==', 'requires = ["hatchling==0.0.1+'))
+    with pytest.raises(HaloError, match=r"build-system\.requires: 'hatchling==0\.0\.1\+"):
+        build_wheel(repo_copy, repo_copy / "out")
 
 
 @pytest.mark.parametrize("name", ["blackwell", "hopper", "vllm", "sglang"])
