@@ -1,17 +1,18 @@
-"""Read installed distributions straight from a site directory, without importing them.
+"""Find installed distributions in a site directory, without importing them.
 
 The packages patched here (SGLang, vLLM, ...) do not import without a GPU stack, so a
-distribution is found by its ``*.dist-info/METADATA`` and its files by ``RECORD``.
+distribution is found through its metadata (``importlib.metadata`` on the folder) and its
+files through its RECORD.
 """
 
 from __future__ import annotations
 
-import csv
-import re
 import sysconfig
 from dataclasses import dataclass
-from email.parser import HeaderParser
+from importlib import metadata
 from pathlib import Path
+
+from packaging.utils import canonicalize_name
 
 from halo.errors import HaloError
 
@@ -28,15 +29,10 @@ def site_dir(explicit: Path | None) -> Path:
     return site
 
 
-def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 @dataclass(frozen=True)
 class Installed:
     name: str
     version: str
-    dist_info: Path
     files: frozenset[str]
 
     def owns(self, relpath: str) -> bool:
@@ -44,25 +40,12 @@ class Installed:
         return not self.files or relpath in self.files
 
 
-def _record_files(dist_info: Path) -> frozenset[str]:
-    record = dist_info / "RECORD"
-    if not record.is_file():
-        return frozenset()
-    with record.open(newline="", encoding="utf-8") as fh:
-        return frozenset(row[0] for row in csv.reader(fh) if row)
-
-
 def find_distribution(site: Path, name: str) -> Installed | None:
-    wanted = normalize(name)
-    # dist-info folder names are normalised with underscores; match loosely, then confirm by METADATA.
-    for dist_info in sorted(site.glob("*.dist-info")):
-        if normalize(dist_info.name.removesuffix(".dist-info").rsplit("-", 1)[0]) != wanted:
+    wanted = canonicalize_name(name)
+    for dist in metadata.distributions(name=name, path=[str(site)]):
+        found = dist.metadata["Name"] or ""
+        if canonicalize_name(found) != wanted or not dist.version:
             continue
-        metadata = dist_info / "METADATA"
-        if not metadata.is_file():
-            continue
-        headers = HeaderParser().parsestr(metadata.read_text(encoding="utf-8", errors="replace"))
-        if normalize(headers.get("Name", "")) != wanted or not headers.get("Version"):
-            continue
-        return Installed(headers["Name"], headers["Version"], dist_info, _record_files(dist_info))
+        files = frozenset(f.as_posix() for f in dist.files or ())
+        return Installed(found, dist.version, files)
     return None

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from halo.errors import HaloError
 from halo.hashing import sha256_json
 from halo.patching.engine import drift_lines, plan_patch, write_plans
 from halo.patching.loader import load_patches
 from halo.patching.model import Patch, Result
-from halo.patching.site import Installed, normalize
+from halo.patching.site import Installed
 
 SOURCE_PATCHES = "sources"  # patches/sources/
 
@@ -31,8 +33,8 @@ def source_patches(patches_dir: Path, distribution: str) -> list[Patch]:
     folder = patches_dir / SOURCE_PATCHES
     if not folder.is_dir():
         return []
-    wanted = normalize(distribution)
-    return [p for p in load_patches(folder) if normalize(p.distribution) == wanted]
+    wanted = canonicalize_name(distribution)
+    return [p for p in load_patches(folder) if canonicalize_name(p.distribution) == wanted]
 
 
 def fingerprint(patches: list[Patch]) -> dict[str, str]:
@@ -44,7 +46,7 @@ def fingerprint(patches: list[Patch]) -> dict[str, str]:
     return {
         p.name: sha256_json(
             {
-                "distribution": normalize(p.distribution),
+                "distribution": canonicalize_name(p.distribution),
                 "versions": p.versions,
                 "edits": [[e.file, e.defect, e.fix, e.count] for e in p.edits],
                 "fixed_upstream": [[m.file, m.pattern] for m in p.fixed_upstream],
@@ -61,7 +63,7 @@ def patch_tree(tree: Path, distribution: str, version: str, patches: list[Patch]
     each is decided again and written in turn, since two patches may edit the same file
     (a plan holds a whole file's new bytes).
     """
-    installed = Installed(distribution, version, tree, frozenset())
+    installed = Installed(distribution, version, frozenset())
     if drift := drift_lines([plan_patch(p, tree, installed).result for p in patches]):
         raise HaloError(f"source {distribution} {version}: {drift[0]}")
     results = []

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from packaging.utils import canonicalize_name as normalize  # readers of locks import it here
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from halo.errors import HaloError
@@ -81,10 +82,6 @@ class Lock:
     @property
     def artifacts(self) -> tuple[Artifact, ...]:
         return tuple(a for p in self.packages for a in p.artifacts)
-
-
-def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def lock_name(set_name: str) -> str:
