@@ -5,7 +5,7 @@ wheels/    the lock's artifacts, hard-linked from the store after re-verifying t
 install/   the install step that installs them (halo.stack.stage; `halo stack verify` runs
            the same one)
 kernels/   wheels of source derivations (may be empty) and their requirements.txt
-halo/      halo's own wheel and build-inputs.json
+halo/      halo's own wheel, build-inputs.json and the image's SBOM (halo.images.sbom)
 patches/   the patch modules, applied strictly in the image
 image/     the files next to the image's Dockerfile (a server's entrypoint script)
 """
@@ -17,6 +17,8 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from halo.hashing import sha256_file
+from halo.images.sbom import SBOM_FILE, image_sbom
 from halo.images.wheel import build_wheel
 from halo.pins.lockfile import Lock
 from halo.stack.stage import stage
@@ -46,10 +48,13 @@ def stage_context(
     (kernels / "requirements.txt").write_text("".join(f"{line}\n" for line in kernel_lines))
 
     dist = ctx / "halo"
-    build_wheel(repo, dist)
+    wheel = build_wheel(repo, dist)
     (dist / "build-inputs.json").write_text(
         json.dumps(build_inputs, indent=2, sort_keys=True) + "\n"
     )
+    wheels = [(w.name, sha) for w, sha in kernel_wheels] + [(wheel.name, sha256_file(wheel))]
+    ref, input_hash = str(build_inputs["image_ref"]), str(build_inputs["input_hash"])
+    (dist / SBOM_FILE).write_text(image_sbom(lock, ref, input_hash, wheels))
     shutil.copytree(
         repo / "patches", ctx / "patches", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
     )

@@ -1,4 +1,4 @@
-"""Runs inside the image build: apply patches strictly, then write build.json and the SBOM."""
+"""Runs inside the image build: apply patches strictly, write build.json, check and place the SBOM."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 from halo.atomic import write_text
 from halo.errors import HaloError
-from halo.images.sbom import sbom
+from halo.images.sbom import SBOM_FILE, check_installed, installed_distributions
+from halo.schema import read_text
 
 
 def apply_patches() -> dict[str, object]:
@@ -36,6 +37,8 @@ def stamp(
     record["patches"] = apply_patches().get("patches", []) if with_patches else []
     write_text(out, json.dumps(record, indent=2, sort_keys=True) + "\n")
     if sbom_out is not None:
-        doc = sbom(str(inputs.get("image_ref", "")), str(inputs["input_hash"]))
-        write_text(sbom_out, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        # Made on the host from the lock (halo.images.sbom); here it must match what got in.
+        text = read_text(inputs_path.with_name(SBOM_FILE))
+        check_installed(json.loads(text), installed_distributions())
+        write_text(sbom_out, text)
     return record

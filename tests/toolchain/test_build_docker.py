@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,6 +95,29 @@ def test_a_flipped_byte_in_the_store_refuses_the_build_and_tags_nothing(
     assert real.verify(victim.sha256, victim.file)  # the real store still holds the right bytes
 
 
+def _sbom_is_the_locks(docker: Docker, input_hash: str) -> None:
+    """The image's SBOM validates against the CycloneDX schema; one sha256 per component, the lock's."""
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    cat = [docker.exe, "run", "--rm", "--network", "none", "halo:cpu"]
+    text = subprocess.run(
+        [*cat, "cat", "/etc/halo/sbom.cdx.json"], capture_output=True, text=True, check=True
+    ).stdout
+    doc = json.loads(text)
+    assert (
+        JsonStrictValidator(SchemaVersion.from_version(doc["specVersion"])).validate_str(text)
+        is None
+    )
+    assert {"name": "halo:input-hash", "value": input_hash} in doc["metadata"]["properties"]
+    shas = {c["name"]: [h["content"] for h in c["hashes"]] for c in doc["components"]}
+    lock = load_lock(REPO / "pins" / "pylock.cpu.toml")
+    assert {n: s for n, s in shas.items() if n != "halo-posttrain"} == {
+        p.name: [p.artifacts[0].sha256] for p in lock.packages
+    }
+    assert len(shas["halo-posttrain"]) == 1
+
+
 def test_image_carries_build_record_labels_and_sbom(cpu_built: str, docker: Docker) -> None:
     run = subprocess.run(
         [
@@ -118,6 +142,7 @@ def test_image_carries_build_record_labels_and_sbom(cpu_built: str, docker: Dock
     assert docker.image_id("halo:cpu") == docker.image_id(f"halo:cpu-{input_hash[:12]}")
     assert int(n_patches) >= 3 and fmt == "CycloneDX"
     assert "'torch'" in names and "'halo-posttrain'" in names
+    _sbom_is_the_locks(docker, input_hash)
     find = subprocess.run(
         [
             docker.exe,
