@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
+import difflib
+import shutil
+import tempfile
 from pathlib import Path
 
 import nox
@@ -17,27 +19,51 @@ IMAGES = ("cpu", "blackwell", "hopper", "vllm", "sglang")
 STACK_SETS = ("blackwell", "hopper", "vllm", "sglang")
 
 
-def _halo(session: nox.Session) -> None:
-    """Install the toolchain (editable) and the dev tools, once per pyproject.toml.
+# The toolchain's own environment (halo's dependencies, the `toolchain` extra, the dev group),
+# locked by uv as pinned, hash-checked requirements: names, versions and sha256, no index
+# location (uv.lock would record the index's and every file's URL, and `uv sync --frozen`
+# downloads from those, ignoring the configured index). `nox -s lock-toolchain` re-resolves it,
+# `nox -s lock-check` fails when it drifted from pyproject.toml.
+TOOLCHAIN_LOCK = "pins/toolchain.txt"
+TOOLCHAIN_EXCLUDE_NEWER = "2026-11-25T00:00:00Z"
 
-    An editable install follows source changes by itself, so a venv whose stamp matches
-    pyproject.toml is left alone: that keeps `nox -s build-cpu` on an up-to-date image fast.
-    pip comes along because fetch asks it for its default index when none is configured.
+
+def _compile_toolchain(session: nox.Session, out: str) -> None:
+    """uv's universal resolution of the toolchain into ``out`` (its pins are kept as preferences)."""
+    session.run(
+        "uv", "pip", "compile", "--no-config", "--quiet", "pyproject.toml",
+        "--extra", "toolchain", "--group", "dev", "--universal", "--python-version", PYTHON,
+        "--generate-hashes", "--exclude-newer", TOOLCHAIN_EXCLUDE_NEWER,
+        "--custom-compile-command", "nox -s lock-toolchain", "-o", out,
+        external=True,
+    )  # fmt: skip
+
+
+def _tools(session: nox.Session) -> None:
+    """The locked toolchain, hash-checked, from the configured index (skipped by `nox -R`)."""
+    session.install("--require-hashes", "-r", TOOLCHAIN_LOCK, silent=True)
+
+
+def _halo(session: nox.Session) -> None:
+    """The locked toolchain and halo itself (editable, so it follows source changes).
+
+    An editable install of this checkout is not made again: uv rebuilds it every time (about
+    2 s), which would be most of a no-op `nox -s build-cpu`.
     """
+    _tools(session)
     venv = getattr(session.virtualenv, "location", None)
-    stamp = Path(venv, ".halo-installed") if venv else None
-    want = hashlib.sha256(Path("pyproject.toml").read_bytes()).hexdigest()
-    if stamp and stamp.is_file() and stamp.read_text() == want:
-        return
-    session.install("-e", ".", "--group", "dev", "pip", silent=True)
-    if stamp:
-        stamp.write_text(want)
+    shown = session.run_install(
+        "uv", "pip", "show", "--python", venv or "python", "halo-posttrain",
+        silent=True, success_codes=[0, 1], external=True,
+    )  # fmt: skip
+    if shown is None or f"Editable project location: {Path.cwd()}\n" not in str(shown):
+        session.install("--no-deps", "-e", ".", silent=True)
 
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff check, ruff format --check, and actionlint on the workflow (.github/actionlint.yaml)."""
-    session.install("--group", "dev", silent=True)
+    _tools(session)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("actionlint", "-color=false")
@@ -46,7 +72,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def fmt(session: nox.Session) -> None:
     """Apply ruff's fixes and formatting."""
-    session.install("--group", "dev", silent=True)
+    _tools(session)
     session.run("ruff", "check", "--fix", ".")
     session.run("ruff", "format", ".")
 
@@ -58,11 +84,28 @@ def lock(session: nox.Session) -> None:
     session.run("halo", "pins", "lock", *session.posargs)
 
 
+@nox.session(name="lock-toolchain", python=PYTHON)
+def lock_toolchain(session: nox.Session) -> None:
+    """Re-resolve the toolchain's own lock (pins/toolchain.txt) from pyproject.toml."""
+    _tools(session)
+    _compile_toolchain(session, TOOLCHAIN_LOCK)
+
+
 @nox.session(name="lock-check", python=PYTHON)
 def lock_check(session: nox.Session) -> None:
-    """Re-resolve and fail with a diff where a lock drifted from its inputs."""
+    """Re-resolve and fail with a diff where a lock (the pin sets', the toolchain's) drifted."""
     _halo(session)
     session.run("halo", "pins", "lock", "--check", *session.posargs)
+    with tempfile.TemporaryDirectory() as tmp:
+        again = str(Path(tmp, "toolchain.txt"))
+        shutil.copyfile(TOOLCHAIN_LOCK, again)
+        _compile_toolchain(session, again)
+        old, new = Path(TOOLCHAIN_LOCK).read_text(), Path(again).read_text()
+    if old != new:
+        diff = difflib.unified_diff(
+            old.splitlines(), new.splitlines(), TOOLCHAIN_LOCK, "re-resolved", lineterm=""
+        )
+        session.error("\n".join([*diff][:40]) + "\nrun `nox -s lock-toolchain`")
 
 
 @nox.session(name="pins-check", python=PYTHON)
@@ -266,20 +309,12 @@ def verify_public(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def dev(session: nox.Session) -> None:
-    """A development environment in .venv: halo (editable) and the dev tools."""
+    """A development environment in .venv: the locked toolchain and halo (editable)."""
     session.run("uv", "venv", "--allow-existing", ".venv", "--python", PYTHON, external=True)
-    session.run(
-        "uv",
-        "pip",
-        "install",
-        "--python",
-        ".venv/bin/python",
-        "-e",
-        ".",
-        "--group",
-        "dev",
-        external=True,
-    )
+    for args in (("--require-hashes", "-r", TOOLCHAIN_LOCK), ("--no-deps", "-e", ".")):
+        session.run(
+            "uv", "pip", "install", "--python", ".venv/bin/python", *args, external=True
+        )  # fmt: skip
 
 
 @nox.session(python=PYTHON)
