@@ -143,6 +143,13 @@ def image_sbom(
     lock: Lock, image_ref: str, input_hash: str, wheels: Iterable[tuple[str, str]]
 ) -> str:
     """The image's SBOM: the lock's packages plus ``wheels`` (file name, sha256)."""
+    try:
+        import cyclonedx  # noqa: F401 - the toolchain extra's, not one of halo's dependencies
+    except ModuleNotFoundError:
+        raise HaloError(
+            "the image's SBOM is written with cyclonedx-python-lib, which is not installed: "
+            "install the toolchain (`nox -s dev`, or the `toolchain` extra)"
+        ) from None
     parts = lock_parts(lock) + [wheel_part(f, sha) for f, sha in wheels]
     return render(build_bom(image_ref, input_hash, lock.set, parts))
 
