@@ -1,6 +1,6 @@
 """A rollout server as a process on this host, from a venv installed from a CPU pin set.
 
-The command line is the image's own entrypoint (images/<server>/serve.sh), so the native and
+The command line is the image's own entrypoint (images/server/serve.sh), so the native and
 the containerised server cannot drift: only the environment differs (127.0.0.1, the venv's
 python first on PATH). The server runs in its own session, so stopping it ends its engine
 processes too; its log and a small state file live under $HALO_SCRATCH/serve/<server>/.
@@ -107,6 +107,7 @@ def server_env(kind: ServerKind, python: Path, model: Path, port: int, name: str
         **os.environ,
         "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "VIRTUAL_ENV": str(python.parent.parent),
+        "HALO_SERVER": kind.name,
         "HALO_MODEL": str(model),
         "HALO_SERVED_MODEL_NAME": name,
         "HALO_HOST": "127.0.0.1",
@@ -198,7 +199,7 @@ def start(
     env = server_env(kind, python, model.resolve(), port, name)
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            ["sh", str(repo / "images" / kind.name / "serve.sh")],
+            ["sh", str(repo / "images" / "server" / "serve.sh")],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -169,9 +169,12 @@ def _print_command(script: str, **env: str) -> str:
 
 
 def test_the_cpu_server_runs_the_api_server_module_with_the_same_flags() -> None:
-    gpu = _print_command("images/vllm/serve.sh", HALO_MODEL="/m", HALO_MAX_MODEL_LEN="512")
+    gpu = _print_command(
+        "images/server/serve.sh", HALO_SERVER="vllm", HALO_MODEL="/m", HALO_MAX_MODEL_LEN="512"
+    )
     cpu = _print_command(
-        "images/vllm/serve.sh",
+        "images/server/serve.sh",
+        HALO_SERVER="vllm",
         HALO_MODEL="/m",
         HALO_MAX_MODEL_LEN="512",
         HALO_VLLM_ENTRYPOINT="module",

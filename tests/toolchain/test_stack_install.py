@@ -21,7 +21,7 @@ from halo.patching.model import Patch, State
 from halo.stack.install_step import PIP_FLAGS, clean_env
 from halo.stack.stage import INSTALL_MODULES, install_argv, is_metadata_patch, stage_install_step
 
-DOCKERFILES = ("images/training/Dockerfile", "images/vllm/Dockerfile", "images/sglang/Dockerfile")
+DOCKERFILES = ("images/training/Dockerfile", "images/server/Dockerfile")
 
 
 def _run_lines(dockerfile: Path) -> list[str]:
