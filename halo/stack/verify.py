@@ -35,9 +35,9 @@ from halo.report import human_bytes, say
 from halo.stack import kernels as kernels_module
 from halo.stack import probe as probe_module
 from halo.stack.cuda_home import HOME_DIR
+from halo.stack.entrypoint import serve_script, server_argv, unset_variables
 from halo.stack.install_step import clean_env
 from halo.stack.linkage import audit
-from halo.stack.servers import serve_script, server_argv, unset_variables
 from halo.stack.spec import StackSpec
 from halo.stack.stage import install_argv, stage
 from halo.store.store import Store

@@ -23,7 +23,7 @@ from support import COPY_IGNORE, REPO, docker_or_skip, halo
 from halo.images.catalog import load_catalog
 from halo.images.docker import Docker
 from halo.rollout.servers import SERVERS as SERVER_TABLE
-from halo.stack.servers import server_text
+from halo.stack.entrypoint import server_text
 
 IMAGES = REPO / "images"
 DOCKERFILES = sorted({*IMAGES.rglob("Dockerfile"), *IMAGES.rglob("*.Dockerfile")})
