@@ -23,6 +23,7 @@ from halo.atomic import write_text
 from halo.errors import HaloError
 from halo.report import say
 from halo.rollout.servers import ServerKind, probe
+from halo.stack.entrypoint import serve_script
 
 KV_CACHE_BYTES = 256 * 1024 * 1024
 START_TIMEOUT_S = 900  # measured: about 150 s on two busy cores; a loaded CI host is slower
@@ -199,7 +200,7 @@ def start(
     env = server_env(kind, python, model.resolve(), port, name)
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            ["sh", str(repo / "images" / "server" / "serve.sh")],
+            ["sh", str(serve_script(repo / "images"))],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
