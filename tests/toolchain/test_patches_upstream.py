@@ -390,14 +390,20 @@ def test_verify_reports_every_patch_applicable_on_the_pinned_releases(
     release_site("sglang", SGLANG, [SERVER_ARGS, ADAPTER], site)
     release_site("torch-memory-saver", TMS, TMS_FILES, site)
     before = snapshot(site)
+
+    def expected(state: str) -> dict[str, str]:
+        """The patches on the two installed distributions in `state`; the others not installed."""
+        installed = {"sglang", "torch-memory-saver"}
+        return {
+            p.name: state if p.distribution in installed else "not-installed"
+            for p in load_patches(REPO / "patches")
+        }
+
     argv = ["patches", "verify", "--json", "--site", str(site), "--patches", str(REPO / "patches")]
     assert main(argv) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["mode"] == "verify"
-    assert {p["name"]: p["state"] for p in doc["patches"]} == {
-        p.name: "applied" if p.distribution in {"sglang", "torch-memory-saver"} else "not-installed"
-        for p in load_patches(REPO / "patches")
-    }
+    assert {p["name"]: p["state"] for p in doc["patches"]} == expected("applied")
     assert snapshot(site) == before
 
     apply = [
@@ -415,5 +421,5 @@ def test_verify_reports_every_patch_applicable_on_the_pinned_releases(
     applied = snapshot(site)
     assert main(apply) == 0
     second = json.loads(capsys.readouterr().out)
-    assert {p["state"] for p in second["patches"]} == {"already-applied"}
+    assert {p["name"]: p["state"] for p in second["patches"]} == expected("already-applied")
     assert snapshot(site) == applied
