@@ -6,6 +6,7 @@ only makes sure the moving tag points at it.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from halo.atomic import staged_dir
 from halo.images.base import base_state, make_base, recipe_hash
 from halo.images.catalog import Catalog, Image
 from halo.images.context import stage_context
+from halo.images.derivations import BUILDER_VAR
 from halo.images.docker import Docker
 from halo.images.inputs import Inputs, image_inputs
 from halo.paths import cache_home
@@ -40,7 +42,7 @@ class Built:
 def resolve_inputs(repo: Path, catalog: Catalog, image: Image, docker: Docker | None) -> Inputs:
     base = catalog.bases[image.base]
     builder = catalog.bases[image.builder] if image.builder else None
-    return image_inputs(
+    inputs = image_inputs(
         repo,
         image,
         base_state(base, repo, docker),
@@ -49,6 +51,13 @@ def resolve_inputs(repo: Path, catalog: Catalog, image: Image, docker: Docker | 
         recipe_hash(builder, repo) if builder else None,
         build_args={"PYTHON": base.python, "CUDA_ARCH": ";".join(image.cuda_arch)},
     )
+    if not image.sources:
+        return inputs
+    # The kernels layer is what its derivations made: their hashes (toolchain included).
+    from halo.images.derivations import derivation_hash, image_derivations
+
+    drvs = image_derivations(repo, catalog, image, docker)
+    return Inputs({**inputs.parts, "derivations": {d.name: derivation_hash(d, repo) for d in drvs}})
 
 
 def labels(repo: Path, image: Image, inputs: Inputs) -> dict[str, str]:
@@ -86,7 +95,8 @@ def build_image(
     # Fetch phase: the only part that may use the network.
     work = cache_home() / "work"
     base = make_base(catalog.bases[image.base], repo, docker, work)
-    if image.builder:
+    if image.builder and os.environ.get(BUILDER_VAR) == "docker":
+        # Derivations compile natively (network-less namespaces) unless Docker is asked for.
         make_base(catalog.bases[image.builder], repo, docker, work)
     inputs = resolve_inputs(repo, catalog, image, docker)  # the base may have just been made
     immutable = image.immutable_ref(inputs.hash)
