@@ -40,6 +40,10 @@ class Relay:
         """Refuse new connections and cut the open ones."""
         with self._lock:
             if self._listener is not None:
+                # shutdown first: a close alone leaves the accept() of the relay's thread
+                # blocked and the port listening, so the relay could not start again.
+                with contextlib.suppress(OSError):
+                    self._listener.shutdown(socket.SHUT_RDWR)
                 self._listener.close()
                 self._listener = None
             for c in self._conns:

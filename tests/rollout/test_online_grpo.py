@@ -136,9 +136,21 @@ def test_the_prompts_of_a_batch_are_sampled_independently(vllm_server: Server) -
 
 @pytest.fixture(scope="module")
 def learning(vllm_server: Server, served_folder: Path) -> Run:
+    """The example as it is, through a relay that drops out once for a second after step 2:
+    what the trainer sees of a server restarting (refused and cut connections)."""
+    relay = Relay(int(vllm_server.url.rsplit(":", 1)[1]))
+    relay.start()
+
+    def blip(proc: subprocess.Popen, metrics: Path) -> None:
+        wait_for_steps(proc, metrics, 2)
+        relay.stop()
+        time.sleep(1)
+        relay.start()  # back within the 3 s backoff: the retry finds it
+
     try:
-        run = launch("learn", served_folder, vllm_server.url)
+        run = launch("learn", served_folder, relay.url, "--rollout.backoff_s=3", watch=blip)
     finally:
+        relay.stop()
         restore(vllm_server, served_folder)
     assert run.rc == 0, run.out[-3000:]
     return run
@@ -180,33 +192,11 @@ def retries(run: Run) -> list[str]:
 
 @pytest.mark.rollout_vllm
 def test_a_server_that_drops_out_for_a_moment_is_retried_and_the_run_goes_on(
-    vllm_server: Server, served_folder: Path
+    learning: Run,
 ) -> None:
-    relay = Relay(int(vllm_server.url.rsplit(":", 1)[1]))
-    relay.start()
-
-    def watch(proc: subprocess.Popen, metrics: Path) -> None:
-        wait_for_steps(proc, metrics, 2)
-        relay.stop()  # what the trainer sees of a restart: refused and cut connections...
-        time.sleep(1)
-        relay.start()  # ...and back within the 3 s backoff
-
-    try:
-        run = launch(
-            "blip",
-            served_folder,
-            relay.url,
-            "--rollout.backoff_s=3",
-            "--rollout.eval_every_steps=0",
-            "--training.max_steps=4",
-            watch=watch,
-        )
-    finally:
-        relay.stop()
-        restore(vllm_server, served_folder)
-    assert run.rc == 0, run.out[-3000:]
-    assert len(retries(run)) == 1 and "(attempt 1/2)" in retries(run)[0], run.out[-3000:]
-    assert [r["step"] for r in run.steps] == [1, 2, 3, 4]
+    assert len(retries(learning)) == 1, learning.out[-3000:]
+    assert "(attempt 1/2)" in retries(learning)[0], retries(learning)
+    assert [r["step"] for r in learning.steps] == list(range(1, 25))
 
 
 @pytest.mark.rollout_vllm
@@ -248,7 +238,6 @@ def test_a_server_killed_mid_run_is_retried_once_then_the_run_stops_with_its_che
 ) -> None:
     import torch
     from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM
 
     from halo.train import checkpoint, export
 
@@ -286,10 +275,8 @@ def test_a_server_killed_mid_run_is_retried_once_then_the_run_stops_with_its_che
     last_step = max(r["step"] for r in run.steps)
     assert last_step >= killed_after[0] >= 3 and newest.step in (last_step, last_step + 1)
     assert checkpoint.read_meta(newest.path)["reason"] == "rollout-failure"
-    # Loadable, and exactly the weights that step pushed to the server.
+    # Exactly the weights that step pushed to the server, which loaded and served them.
     out = export.export(newest.path, run.root / "exported")
-    model = AutoModelForCausalLM.from_pretrained(str(out), local_files_only=True)
-    assert all(torch.isfinite(p).all() for p in model.parameters())
     saved = load_file(str(out / "model.safetensors"))
     pushed = load_file(str(run.root / "served" / f"step_{newest.step:06d}" / "model.safetensors"))
     assert saved.keys() == pushed.keys()
