@@ -31,9 +31,10 @@ from halo.rollout.weights import reload
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "online-grpo"
 CONFIG = EXAMPLE / "config.yaml"
-# The example as it is (24 steps, held-out reward every 4): measured on 3 seeds against the
-# CPU server, the mean of the last two held-out rewards is 0.37-0.43 above the first; with
-# the advantages negated or the rewards of one group given to another it is not above 0.02.
+# The example as it is (24 steps, held-out reward every 4): measured on seeds 0, 1, 2 against
+# the CPU server, the mean of the last two held-out rewards is 0.51, 0.54, 0.50 above the
+# first (0.23 -> 0.74 on seed 0); with the rewards of each group given to the next group it
+# rose 0.04, with the rewards negated it fell 0.23.
 RISE = 0.2
 
 
