@@ -1,6 +1,6 @@
 """Regenerate the online GRPO example's data (deterministic; the outputs are committed).
 
-python examples/online-grpo/make_data.py        (then python examples/make_tokenizer.py)
+python examples/online-grpo/make_data.py
 
 Every sum a + b of two digits, each once: 80 to train on (train.jsonl), 20 held out
 (eval.jsonl), never trained on, neither here nor by the SFT that makes the starting point.
