@@ -49,7 +49,11 @@ def resolve_inputs(repo: Path, catalog: Catalog, image: Image, docker: Docker | 
         recipe_hash(base, repo),
         base_state(builder, repo, docker) if builder else None,
         recipe_hash(builder, repo) if builder else None,
-        build_args={"PYTHON": base.python, "CUDA_ARCH": ";".join(image.cuda_arch)},
+        build_args={
+            "PYTHON": base.python,
+            "CUDA_ARCH": ";".join(image.cuda_arch),
+            **dict(image.args),
+        },
     )
     if not image.sources:
         return inputs
@@ -131,7 +135,11 @@ def build_image(
             context=ctx,
             dockerfile=repo / image.dockerfile,
             tags=[immutable, image.moving_ref],
-            build_args={"BASE": base.ref, "PYTHON": catalog.bases[image.base].python},
+            build_args={
+                "BASE": base.ref,
+                "PYTHON": catalog.bases[image.base].python,
+                **dict(image.args),
+            },
             labels=labels(repo, image, inputs),
             network="none",
             no_cache=force,  # a forced rebuild starts from scratch, or it would only replay the cache

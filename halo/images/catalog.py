@@ -13,6 +13,9 @@ from halo.yamlfields import Fields
 
 DIGEST_REF = re.compile(r"^[\w./:-]+@sha256:[0-9a-f]{64}$")
 BASE_RECIPES = ("mmdebstrap", "dockerfile", "registry")
+ARG_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+# Build arguments halo gives every Dockerfile itself (the base's reference and its Python).
+OWN_ARGS = ("BASE", "PYTHON")
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,9 @@ class Image:
     sources: tuple[str, ...]
     tiers: tuple[str, ...]
     publish: str
+    # The Dockerfile's own build arguments (a shared Dockerfile told which server it builds),
+    # sorted by name; part of the input hash.
+    args: tuple[tuple[str, str], ...] = ()
 
     @property
     def moving_ref(self) -> str:
@@ -114,6 +120,7 @@ def _image(name: str, raw: object, where: str, bases: dict[str, Base]) -> Image:
         "sources",
         "tiers",
         "publish",
+        "args",
     }
     f = Fields(raw, where, allowed)
     image = Image(
@@ -128,6 +135,7 @@ def _image(name: str, raw: object, where: str, bases: dict[str, Base]) -> Image:
         sources=f.strs("sources"),
         tiers=f.strs("tiers"),
         publish=f.str("publish"),
+        args=_args(f.data.get("args", {}), f"{where}.args"),
     )
     for key in ("base", "builder"):
         ref = getattr(image, key)
@@ -136,6 +144,19 @@ def _image(name: str, raw: object, where: str, bases: dict[str, Base]) -> Image:
                 f"{where}.{key}: unknown base '{ref}' (known: {', '.join(sorted(bases))})"
             )
     return image
+
+
+def _args(raw: object, where: str) -> tuple[tuple[str, str], ...]:
+    if not isinstance(raw, dict):
+        raise HaloError(f"{where}: expected a mapping of build argument names to strings")
+    for name, value in raw.items():
+        if not isinstance(name, str) or not ARG_NAME.match(name):
+            raise HaloError(f"{where}: expected an upper-case build argument name, got {name!r}")
+        if name in OWN_ARGS:
+            raise HaloError(f"{where}.{name}: set by halo itself ({', '.join(OWN_ARGS)})")
+        if not isinstance(value, str) or not value:
+            raise HaloError(f"{where}.{name}: expected a non-empty string, got {value!r}")
+    return tuple(sorted(raw.items()))
 
 
 def parse_catalog(text: str, path: Path) -> Catalog:

@@ -178,7 +178,7 @@ def render_plan(
         Path("<context>"),
         repo.joinpath(image.dockerfile).relative_to(repo),
         [image.immutable_ref(inputs.hash), image.moving_ref],
-        {"BASE": base_ref(base, repo), "PYTHON": base.python},
+        {"BASE": base_ref(base, repo), "PYTHON": base.python, **dict(image.args)},
         {"io.halo.input-hash": inputs.hash},
         "none",
         Path("<context>/.iid"),

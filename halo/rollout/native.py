@@ -1,6 +1,6 @@
 """A rollout server as a process on this host, from a venv installed from a CPU pin set.
 
-The command line is the image's own entrypoint (images/<server>/serve.sh), so the native and
+The command line is the image's own entrypoint (images/server/serve.sh), so the native and
 the containerised server cannot drift: only the environment differs (127.0.0.1, the venv's
 python first on PATH). The server runs in its own session, so stopping it ends its engine
 processes too; its log and a small state file live under $HALO_SCRATCH/serve/<server>/.
@@ -24,6 +24,7 @@ from halo.errors import HaloError
 from halo.report import say
 from halo.rollout import served
 from halo.rollout.servers import ServerKind, probe
+from halo.stack.entrypoint import serve_script
 
 KV_CACHE_BYTES = 256 * 1024 * 1024
 START_TIMEOUT_S = 900  # measured: about 150 s on two busy cores; a loaded CI host is slower
@@ -109,6 +110,7 @@ def server_env(kind: ServerKind, python: Path, model: Path, port: int, name: str
         **os.environ,
         "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "VIRTUAL_ENV": str(python.parent.parent),
+        "HALO_SERVER": kind.name,
         "HALO_MODEL": str(model),
         "HALO_SERVED_MODEL_NAME": name,
         "HALO_HOST": "127.0.0.1",
@@ -200,7 +202,7 @@ def start(
     env = server_env(kind, python, model.resolve(), port, name)
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            ["sh", str(repo / "images" / kind.name / "serve.sh")],
+            ["sh", str(serve_script(repo / "images"))],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -35,9 +35,9 @@ from halo.report import human_bytes, say
 from halo.stack import kernels as kernels_module
 from halo.stack import probe as probe_module
 from halo.stack.cuda_home import HOME_DIR
+from halo.stack.entrypoint import serve_script, server_argv, unset_variables
 from halo.stack.install_step import clean_env
 from halo.stack.linkage import audit
-from halo.stack.servers import serve_script, server_argv, unset_variables
 from halo.stack.spec import StackSpec
 from halo.stack.stage import install_argv, stage
 from halo.store.store import Store
@@ -203,7 +203,7 @@ def run_probe(inputs: Inputs, workdir: Path, extra: tuple[str, ...] = ()) -> dic
     request: dict[str, object] = {"modules": modules, "absent": list(spec.absent)}
     if spec.server:
         request["server"] = spec.server
-        request["argv"] = server_argv(serve_script(inputs.images, spec.server), spec.server)
+        request["argv"] = server_argv(serve_script(inputs.images), spec.server)
     workdir.mkdir(parents=True, exist_ok=True)
     say(f"  {spec.set}: importing {', '.join(modules)} (no GPU; a minute for a server)")
     try:
@@ -302,12 +302,10 @@ def probe_rows(inputs: Inputs, result: dict, site: Path) -> list[Row]:
         rows.append(_row("platform", failures, f"vLLM platform {got}"))
     if spec.server:
         parsed = result.get("server") or {"ok": False, "error": "no parser result"}
-        unset = unset_variables(serve_script(inputs.images, spec.server), spec.server)
+        unset = unset_variables(serve_script(inputs.images), spec.server)
         failures = [] if parsed.get("ok") else [f"{spec.server} parser: {parsed.get('error')}"]
         failures += [f"serve.sh reads {v}, which the check does not set" for v in unset]
-        detail = (
-            f"images/{spec.server}/serve.sh --print-command accepted by {spec.server}'s own parser"
-        )
+        detail = f"images/server/serve.sh --print-command accepted by {spec.server}'s own parser"
         rows.append(_row("server-args", failures, detail))
     return rows
 

@@ -1,5 +1,6 @@
-"""The training loop every method shares, in four pieces: setup (halo.train.setup), one
-optimizer step (`step`), logging (`Metrics`) and checkpoints (halo.train.saving).
+"""The training loop every method shares, in four pieces: setup (`start`, on halo.train.setup),
+one optimizer step (`step`), logging (`record`, `Metrics`) and checkpoints (`Checkpoints`, on
+halo.train.saving); `train` strings them together.
 
 Data order, learning rate and model init are functions of (seed, step), so a resumed run
 continues the uninterrupted run's curve. A non-finite loss or gradient stops the run with
@@ -187,17 +188,14 @@ def _batches(tr: Trainer, sched: Schedule) -> Iterator[list[Any]]:
         yield tr.method.shard(items, tr.ctx.rank, tr.ctx.world)
 
 
-def train(
-    cfg: Config,
-    method: Method,
-    tok: ChatTokenizer,
-    ctx: distributed.Context,
-    stop: StopFlag | None = None,
-    checkpoint_hook_sleep: tuple[int, float] | None = None,
-    save_final: bool = True,
-) -> Result:
+def start(
+    cfg: Config, method: Method, tok: ChatTokenizer, ctx: distributed.Context
+) -> tuple[Trainer, Schedule, bool]:
+    """Setup: the schedule, the trainer at the newest verified checkpoint, and a line about both.
+
+    Returns (trainer, schedule, whether a checkpoint was resumed).
+    """
     t = cfg.training
-    stop = stop or StopFlag()
     sched = Schedule(len(method.items), t.global_batch_size, t.seed, t.epochs, t.max_steps)
     tr = setup.setup(cfg, method, tok, ctx, sched.total_steps)
     found = saving.resume(tr)
@@ -207,42 +205,91 @@ def train(
     )
     for note in method.notes:
         log(ctx, note)
+    return tr, sched, found is not None
+
+
+def record(tr: Trainer, sched: Schedule, metrics: Metrics, result: Result, st: StepStats) -> None:
+    """Logging: a finished step into the result, the progress line and metrics.jsonl, and the
+    eval loss when one is due."""
+    result.losses[tr.step] = st.loss
+    result.tokens += st.tokens
+    result.step_times.append((st.tokens, st.seconds))
+    metrics.step(tr.step, sched.total_steps, sched.epoch_of(tr.step - 1), st)
+    if _eval_due(tr.cfg, tr.method, tr.step, sched.total_steps):
+        metrics.eval(tr.step, evaluate(tr, tr.method.eval_items))
+
+
+class Checkpoints:
+    """Checkpoints: when the loop saves (periodic, on a signal, final) and never twice for one
+    step. The writing itself is halo.train.saving's."""
+
+    def __init__(
+        self,
+        tr: Trainer,
+        sched: Schedule,
+        result: Result,
+        resumed: bool,
+        hook_sleep: tuple[int, float] | None = None,
+    ) -> None:
+        self.tr, self.sched, self.result, self.hook_sleep = tr, sched, result, hook_sleep
+        self.saved_at = tr.step if resumed else -1
+
+    def save(self, reason: str) -> None:
+        tr, hook = self.tr, self.hook_sleep
+        # A test hook: a pause inside the write at that step, to be killed mid-checkpoint.
+        sleep = hook[1] if hook and hook[0] == tr.step else 0.0
+        epoch = self.sched.epoch_of(max(tr.step - 1, 0))
+        self.result.checkpoint = saving.save(
+            tr, reason, epoch, {"loss": self.result.losses.get(tr.step)}, sleep
+        )
+        self.saved_at = tr.step
+
+    def on_signal(self, stop: StopFlag) -> bool:
+        """After a batch: when any process was asked to stop, one emergency checkpoint; True."""
+        if not self.tr.ctx.any(stop.requested):
+            return False
+        log(
+            self.tr.ctx,
+            f"{stop.name if stop.requested else 'signal'}: batch {self.tr.step} finished, writing an emergency checkpoint",
+        )
+        self.save("signal")
+        self.result.stopped_by_signal = True
+        return True
+
+    def periodic(self) -> None:
+        every = self.tr.cfg.checkpoint.every_steps
+        if every and self.tr.step % every == 0:
+            self.save("periodic")
+
+    def final(self) -> None:
+        if self.saved_at != self.tr.step:
+            self.save("final")
+
+
+def train(
+    cfg: Config,
+    method: Method,
+    tok: ChatTokenizer,
+    ctx: distributed.Context,
+    stop: StopFlag | None = None,
+    checkpoint_hook_sleep: tuple[int, float] | None = None,
+    save_final: bool = True,
+) -> Result:
+    """The loop: setup (`start`), then per batch a `step`, its `record`, and `Checkpoints`."""
+    stop = stop or StopFlag()
+    tr, sched, resumed = start(cfg, method, tok, ctx)
     metrics = Metrics(cfg.log_dir, ctx, cfg.logging.every_steps)
     result = Result(tr.step, {}, 0, 0.0, False, None)
-    saved_at = tr.step if found is not None else -1
+    checkpoints = Checkpoints(tr, sched, result, resumed, checkpoint_hook_sleep)
     started = time.monotonic()
-
-    def save(reason: str) -> None:
-        nonlocal saved_at
-        hook = checkpoint_hook_sleep
-        sleep = hook[1] if hook and hook[0] == tr.step else 0.0
-        epoch = sched.epoch_of(max(tr.step - 1, 0))
-        result.checkpoint = saving.save(
-            tr, reason, epoch, {"loss": result.losses.get(tr.step)}, sleep
-        )
-        saved_at = tr.step
-
     try:
         for items in _batches(tr, sched):
-            st = step(tr, items)
-            result.losses[tr.step] = st.loss
-            result.tokens += st.tokens
-            result.step_times.append((st.tokens, st.seconds))
-            metrics.step(tr.step, sched.total_steps, sched.epoch_of(tr.step - 1), st)
-            if _eval_due(cfg, method, tr.step, sched.total_steps):
-                metrics.eval(tr.step, evaluate(tr, method.eval_items))
-            if ctx.any(stop.requested):
-                log(
-                    ctx,
-                    f"{stop.name if stop.requested else 'signal'}: batch {tr.step} finished, writing an emergency checkpoint",
-                )
-                save("signal")
-                result.stopped_by_signal = True
+            record(tr, sched, metrics, result, step(tr, items))
+            if checkpoints.on_signal(stop):
                 break
-            if cfg.checkpoint.every_steps and tr.step % cfg.checkpoint.every_steps == 0:
-                save("periodic")
-        if save_final and not result.stopped_by_signal and saved_at != tr.step:
-            save("final")
+            checkpoints.periodic()
+        if save_final and not result.stopped_by_signal:
+            checkpoints.final()
     finally:
         metrics.close()
     result.steps = tr.step

@@ -20,11 +20,16 @@ import pytest
 import yaml
 from support import COPY_IGNORE, REPO, docker_or_skip, halo
 
+from halo.images.catalog import load_catalog
 from halo.images.docker import Docker
+from halo.rollout.servers import SERVERS as SERVER_TABLE
+from halo.stack.entrypoint import server_text
 
 IMAGES = REPO / "images"
 DOCKERFILES = sorted({*IMAGES.rglob("Dockerfile"), *IMAGES.rglob("*.Dockerfile")})
 SERVERS = ("vllm", "sglang")
+SERVER_DOCKERFILE = IMAGES / "server" / "Dockerfile"
+SERVE_SH = IMAGES / "server" / "serve.sh"
 
 
 def _rel(path: Path) -> str:
@@ -47,8 +52,7 @@ def test_every_image_dockerfile_is_linted() -> None:
     names = {_rel(p) for p in DOCKERFILES}
     assert {
         "images/training/Dockerfile",
-        "images/vllm/Dockerfile",
-        "images/sglang/Dockerfile",
+        "images/server/Dockerfile",
         "images/bases/ubuntu-python.Dockerfile",
     } <= names
 
@@ -68,8 +72,7 @@ def test_hadolint_fails_on_a_real_finding(tmp_path: Path) -> None:
     """The lint gate can fail: an unpinned apt install in a copy of a server Dockerfile."""
     bad = tmp_path / "Dockerfile"
     bad.write_text(
-        (IMAGES / "vllm" / "Dockerfile").read_text()
-        + "RUN apt-get update && apt-get install -y curl\n"
+        SERVER_DOCKERFILE.read_text() + "RUN apt-get update && apt-get install -y curl\n"
     )
     proc = subprocess.run(
         [_hadolint(), "--no-color", "--failure-threshold", "warning", str(bad)],
@@ -96,9 +99,40 @@ def test_every_hadolint_ignore_is_justified(dockerfile: Path) -> None:
 # --- the server images ------------------------------------------------------------------------
 
 
+def _declared_args(dockerfile: Path) -> dict[str, str | None]:
+    """The Dockerfile's ARGs, each with its default (None: none, the catalog must give it)."""
+    found: dict[str, str | None] = {}
+    for line in dockerfile.read_text().splitlines():
+        if line.startswith("ARG "):
+            name, _, default = line[4:].strip().partition("=")
+            found[name] = default or None
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(load_catalog(REPO).images))
+def test_catalog_gives_each_dockerfile_exactly_the_arguments_it_needs(name: str) -> None:
+    """A shared Dockerfile's arguments without a default come from the catalog entry, and the
+    entry gives none the Dockerfile does not declare (they would do nothing, silently)."""
+    image = load_catalog(REPO).image(name)
+    declared = _declared_args(REPO / image.dockerfile)
+    needed = {a for a, default in declared.items() if default is None} - {"BASE"}
+    assert needed == {a for a, _ in image.args}
+    assert {a for a, _ in image.args} <= declared.keys()
+
+
 @pytest.mark.parametrize("server", SERVERS)
-def test_server_dockerfile_keeps_the_build_context_contract(server: str) -> None:
-    text = (IMAGES / server / "Dockerfile").read_text()
+def test_each_server_image_is_built_for_its_server_and_port(server: str) -> None:
+    """The catalog's SERVER picks the entrypoint's command line; its PORT is where the rollout
+    tiers and `halo serve` look for that server by default."""
+    args = dict(load_catalog(REPO).image(server).args)
+    assert args["SERVER"] == server
+    assert SERVER_TABLE[server].default_url.endswith(f":{args['PORT']}")
+    _, argv = _argv(server, {"HALO_MODEL": "m"})
+    assert argv[argv.index("--port") + 1] == args["PORT"]
+
+
+def test_server_dockerfile_keeps_the_build_context_contract() -> None:
+    text = SERVER_DOCKERFILE.read_text()
     training = (IMAGES / "training" / "Dockerfile").read_text()
     # The lock is installed exactly like layer 1 of the training image.
     layer1 = training[training.index("RUN --mount=type=bind,source=wheels") :].split("\n\n")[0]
@@ -107,6 +141,11 @@ def test_server_dockerfile_keeps_the_build_context_contract(server: str) -> None
         "ARG BASE",
         "FROM ${BASE}",
         "ARG PYTHON=",
+        "ARG SERVER\n",
+        "ARG PORT\n",
+        "HALO_SERVER=${SERVER}",
+        "HALO_PORT=${PORT}",
+        "EXPOSE ${PORT}",
         "PYTHONDONTWRITEBYTECODE=1",
         "source=kernels,target=/tmp/halo-kernels",
         "COPY image/serve.sh /usr/local/bin/halo-serve",
@@ -115,7 +154,7 @@ def test_server_dockerfile_keeps_the_build_context_contract(server: str) -> None
         "find /opt/venv /opt/halo -name __pycache__ -prune -exec rm -rf {} +",
         'ENTRYPOINT ["/bin/sh", "/usr/local/bin/halo-serve"]',
     ):
-        assert needed in text, f"images/{server}/Dockerfile lacks {needed!r}"
+        assert needed in text, f"images/server/Dockerfile lacks {needed!r}"
     # Stable to volatile: lock, kernels, entrypoint, then halo.
     order = [
         text.index("source=wheels"),
@@ -131,24 +170,22 @@ def test_server_dockerfile_keeps_the_build_context_contract(server: str) -> None
     assert "curl" not in code and "wget" not in code and "apt-get" not in code
 
 
-@pytest.mark.parametrize(("server", "port"), [("vllm", "8000"), ("sglang", "30000")])
-def test_server_healthcheck_asks_health_with_python(server: str, port: str) -> None:
-    text = (IMAGES / server / "Dockerfile").read_text()
+def test_server_healthcheck_asks_health_with_python() -> None:
+    text = SERVER_DOCKERFILE.read_text()
     check = text[text.index("HEALTHCHECK") :].split("\n", 2)
     command = " ".join(check[:2])
     assert '"python", "-c"' in command and "urllib.request" in command
-    assert f"http://127.0.0.1:%s/health' % os.environ.get('HALO_PORT', '{port}')" in command
-    assert f"HALO_PORT={port}" in text and f"EXPOSE {port}" in text
+    # The port the image was built for (ENV HALO_PORT=${PORT}), or the one the container is given.
+    assert "http://127.0.0.1:%s/health' % os.environ['HALO_PORT']" in command
 
 
-@pytest.mark.parametrize(("server", "port"), [("vllm", "8000"), ("sglang", "30000")])
-def test_healthcheck_command_reports_health(server: str, port: str, tmp_path: Path) -> None:
+def test_healthcheck_command_reports_health(tmp_path: Path) -> None:
     """The HEALTHCHECK's Python, run for real: 0 against a server whose /health is 200, 1 with none."""
     import http.server
     import json
     import threading
 
-    text = (IMAGES / server / "Dockerfile").read_text()
+    text = SERVER_DOCKERFILE.read_text()
     line = next(li for li in text.splitlines() if li.strip().startswith("CMD ["))
     argv = json.loads(line.strip()[len("CMD ") :])
     assert argv[:2] == ["python", "-c"]
@@ -180,9 +217,9 @@ def test_healthcheck_command_reports_health(server: str, port: str, tmp_path: Pa
 
 
 def _serve(server: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HALO_SERVER": server}
     return subprocess.run(
-        ["sh", str(IMAGES / server / "serve.sh"), "--print-command", *args],
+        ["sh", str(SERVE_SH), "--print-command", *args],
         env={**base, **env},
         capture_output=True,
         text=True,
@@ -323,8 +360,8 @@ def test_dry_run_env_is_the_same_as_the_flag() -> None:
     env = {"HALO_MODEL": "m", "HALO_TP_SIZE": "2"}
     flag = _serve("sglang", env)
     proc = subprocess.run(
-        ["sh", str(IMAGES / "sglang" / "serve.sh")],
-        env={**env, "HALO_DRY_RUN": "1", "PATH": os.environ["PATH"]},
+        ["sh", str(SERVE_SH)],
+        env={**env, "HALO_SERVER": "sglang", "HALO_DRY_RUN": "1", "PATH": os.environ["PATH"]},
         capture_output=True,
         text=True,
         check=False,
@@ -358,14 +395,23 @@ def test_bad_settings_are_one_line_exit_2(server: str, env: dict[str, str], mess
     assert proc.stderr.strip().splitlines() == [message]
 
 
+@pytest.mark.parametrize("server", ["", "tgi"])
+def test_an_unknown_server_is_one_line_exit_2(server: str) -> None:
+    proc = _serve(server, {"HALO_MODEL": "m"})
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.strip().splitlines() == [
+        f"serve.sh: HALO_SERVER must be vllm or sglang, got '{server}'"
+    ]
+
+
 def test_without_print_command_the_entrypoint_execs_the_server(tmp_path: Path) -> None:
     """A stand-in `vllm` on PATH proves the script execs exactly the command it prints."""
     fake = tmp_path / "vllm"
     fake.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
     fake.chmod(0o755)
-    env = {"HALO_MODEL": "m x", "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    env = {"HALO_SERVER": "vllm", "HALO_MODEL": "m x", "PATH": f"{tmp_path}:{os.environ['PATH']}"}
     run = subprocess.run(
-        ["sh", str(IMAGES / "vllm" / "serve.sh"), "--x", "*"],
+        ["sh", str(SERVE_SH), "--x", "*"],
         env=env,
         capture_output=True,
         text=True,
@@ -449,8 +495,8 @@ def test_efa_overlay_switches_nccl_to_libfabric(server: str) -> None:
 
 @pytest.mark.parametrize("server", SERVERS)
 def test_compose_env_reaches_the_entrypoint_settings(server: str) -> None:
-    """Every HALO_* and engine setting compose passes is one the entrypoint reads."""
-    script = (IMAGES / server / "serve.sh").read_text()
+    """Every HALO_* and engine setting compose passes is one the entrypoint reads for that server."""
+    script = server_text(SERVE_SH, server)
     env = _compose(f"docker-compose.{server}.yml")["services"][server]["environment"]
     for key in env:
         if key.startswith(("HALO_", "VLLM_REASONING")):
@@ -462,7 +508,8 @@ def test_compose_env_reaches_the_entrypoint_settings(server: str) -> None:
 
 @pytest.fixture(scope="module")
 def server_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Docker, str]]:
-    """images/vllm/Dockerfile built for real, offline, on the cpu lock and the Debian base.
+    """images/server/Dockerfile built for real as the vllm image, offline, on the cpu lock and
+    the Debian base.
 
     vLLM's own lock needs CUDA wheels of many GB; the cpu lock exercises the same contract
     (wheels/, kernels/, halo/, patches/, image/) in about a minute.
@@ -503,10 +550,15 @@ def _in_image(docker: Docker, ref: str, *args: str, flags: tuple[str, ...] = ())
 def test_server_image_entrypoint_prints_the_command(server_image: tuple[Docker, str]) -> None:
     docker, ref = server_image
     out = _in_image(docker, ref, "--print-command", flags=("--env=HALO_MODEL=/models/m",))
-    assert out.startswith("env VLLM_LOGGING_LEVEL=INFO vllm serve /models/m --host 0.0.0.0 ")
+    assert out.startswith(
+        "env VLLM_LOGGING_LEVEL=INFO vllm serve /models/m --host 0.0.0.0 --port 8000 "
+    )
     assert docker.inspect(ref, "{{json .Config.Entrypoint}}") == (
         '["/bin/sh","/usr/local/bin/halo-serve"]'
     )
+    # The catalog's build arguments made it the vLLM image.
+    assert docker.inspect(ref, "{{json .Config.ExposedPorts}}") == '{"8000/tcp":{}}'
+    assert "HALO_SERVER=vllm" in docker.inspect(ref, "{{json .Config.Env}}")
 
 
 @pytest.mark.docker

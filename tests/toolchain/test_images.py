@@ -42,6 +42,13 @@ def test_catalog_parses_the_shipped_file() -> None:
     assert {catalog.images[n].dockerfile for n in ("cpu", "blackwell", "hopper")} == {
         "images/training/Dockerfile"
     }
+    # One server Dockerfile serves both rollout servers, told which by its build arguments.
+    assert {catalog.images[n].dockerfile for n in ("vllm", "sglang")} == {
+        "images/server/Dockerfile"
+    }
+    assert catalog.images["vllm"].args == (("PORT", "8000"), ("SERVER", "vllm"))
+    assert catalog.images["sglang"].args == (("PORT", "30000"), ("SERVER", "sglang"))
+    assert catalog.images["cpu"].args == ()
 
 
 @pytest.mark.parametrize(
@@ -58,6 +65,22 @@ def test_catalog_parses_the_shipped_file() -> None:
         ),
         (lambda s: s.replace("    repository: halo\n", ""), r"images\.cpu\.repository: required"),
         (lambda s: s + "  x: [unclosed\n", r"malformed YAML"),
+        (
+            lambda s: s.replace("  cpu:\n", "  cpu:\n    args: [SERVER]\n"),
+            r"images\.cpu\.args: expected a mapping",
+        ),
+        (
+            lambda s: s.replace("  cpu:\n", "  cpu:\n    args: {server: vllm}\n"),
+            r"images\.cpu\.args: expected an upper-case build argument name, got 'server'",
+        ),
+        (
+            lambda s: s.replace("  cpu:\n", "  cpu:\n    args: {PORT: 8000}\n"),
+            r"images\.cpu\.args\.PORT: expected a non-empty string, got 8000",
+        ),
+        (
+            lambda s: s.replace("  cpu:\n", "  cpu:\n    args: {BASE: x}\n"),
+            r"images\.cpu\.args\.BASE: set by halo itself",
+        ),
     ],
 )
 def test_catalog_errors_name_the_key(mutate, message: str) -> None:  # type: ignore[no-untyped-def]
@@ -136,6 +159,16 @@ def test_input_hash_is_stable_and_independent_of_the_checkout_path(
         )
 
 
+def test_the_server_images_differ_by_their_build_arguments(repo_copy: Path) -> None:
+    """One Dockerfile, two servers: the catalog's args are inputs, or both would share a hash."""
+    vllm = _inputs(repo_copy, "vllm")
+    assert vllm.parts["build_args"]["SERVER"] == "vllm"  # type: ignore[index]
+    assert _inputs(repo_copy, "sglang").parts["build_args"]["SERVER"] == "sglang"  # type: ignore[index]
+    catalog = repo_copy / "images" / "images.yaml"
+    catalog.write_text(catalog.read_text().replace('PORT: "8000"', 'PORT: "8001"'))
+    assert _inputs(repo_copy, "vllm").hash != vllm.hash
+
+
 @pytest.mark.parametrize(
     "path",
     ["halo/__init__.py", "patches/README.md", "images/training/Dockerfile", "pins/pylock.cpu.toml"],
@@ -195,6 +228,9 @@ def test_plan_for_each_gpu_image(name: str, repo_copy: Path, isolated_env: dict[
     ):
         assert section in out, section
     assert "--network none" in out
+    if name in {"vllm", "sglang"}:
+        assert "-f images/server/Dockerfile --build-arg BASE=" in out
+        assert f"--build-arg SERVER={name} " in out
     assert "torch " in out or "torch  " in out
     again = halo("image", "plan", name, cwd=repo_copy, env=isolated_env)
     assert again.stdout == out, "a plan is a pure function of the checkout"

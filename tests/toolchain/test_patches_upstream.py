@@ -17,12 +17,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from wheelsite_support import download_wheel, extract_members, release_site
 
 from halo.cli import main
 from halo.patching.engine import plan_patch, write_plans
 from halo.patching.loader import load_patches
 from halo.patching.model import Patch, State
-from halo.patching.wheelsite import download_wheel, extract_members, release_site
 
 pytestmark = pytest.mark.network
 

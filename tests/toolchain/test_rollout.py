@@ -15,6 +15,7 @@ from halo.errors import HaloError
 from halo.rollout import native
 from halo.rollout.client import Client, Retry, RolloutError, parse_completions
 from halo.rollout.servers import SERVERS, server
+from halo.stack.entrypoint import serve_script
 from halo.testing.container import RunSpec, docker_run_args
 from halo.testing.tiers import check_server, tier
 
@@ -176,9 +177,12 @@ def _print_command(script: str, **env: str) -> str:
 
 
 def test_the_cpu_server_runs_the_api_server_module_with_the_same_flags() -> None:
-    gpu = _print_command("images/vllm/serve.sh", HALO_MODEL="/m", HALO_MAX_MODEL_LEN="512")
+    gpu = _print_command(
+        "images/server/serve.sh", HALO_SERVER="vllm", HALO_MODEL="/m", HALO_MAX_MODEL_LEN="512"
+    )
     cpu = _print_command(
-        "images/vllm/serve.sh",
+        "images/server/serve.sh",
+        HALO_SERVER="vllm",
         HALO_MODEL="/m",
         HALO_MAX_MODEL_LEN="512",
         HALO_VLLM_ENTRYPOINT="module",
@@ -186,6 +190,21 @@ def test_the_cpu_server_runs_the_api_server_module_with_the_same_flags() -> None
     assert " vllm serve /m " in gpu
     assert " python -m vllm.entrypoints.openai.api_server --model /m " in cpu
     assert gpu.split(" /m ", 1)[1] == cpu.split(" /m ", 1)[1]
+
+
+def test_halo_serve_starts_the_image_entrypoint_as_the_vllm_cpu_server(tmp_path: Path) -> None:
+    """What `halo serve start vllm` runs: the images' entrypoint, told it is vLLM, module form."""
+    model = tmp_path / "model"
+    env = native.server_env(SERVERS["vllm"], tmp_path / "venv" / "bin" / "python", model, 8123, "t")
+    out = subprocess.run(
+        ["sh", str(serve_script(REPO / "images")), "--print-command"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert f" python -m vllm.entrypoints.openai.api_server --model {model} " in out
+    assert " --host 127.0.0.1 --port 8123 " in out and " VLLM_SERVER_DEV_MODE=1 " in out
 
 
 def test_compose_files_set_what_the_servers_need() -> None:

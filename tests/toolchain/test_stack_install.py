@@ -21,7 +21,7 @@ from halo.patching.model import Patch, State
 from halo.stack.install_step import PIP_FLAGS, clean_env
 from halo.stack.stage import INSTALL_MODULES, install_argv, is_metadata_patch, stage_install_step
 
-DOCKERFILES = ("images/training/Dockerfile", "images/vllm/Dockerfile", "images/sglang/Dockerfile")
+DOCKERFILES = ("images/training/Dockerfile", "images/server/Dockerfile")
 
 
 def _run_lines(dockerfile: Path) -> list[str]:
@@ -175,7 +175,7 @@ def test_cutlass_patch_stops_when_upstream_changes(
 @pytest.mark.network
 @pytest.mark.parametrize("version", ["4.6.0", "4.8.1"])
 def test_cutlass_patch_on_the_real_release(tmp_path: Path, version: str) -> None:
-    from halo.patching.wheelsite import release_site
+    from wheelsite_support import release_site
 
     site = release_site("nvidia-cutlass-dsl", version, [], tmp_path)
     plan = plan_patch(cutlass(), site)

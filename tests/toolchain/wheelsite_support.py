@@ -1,4 +1,4 @@
-"""A site directory made from the members of an upstream wheel, for proving patches.
+"""Test support: a site directory made from the members of an upstream wheel, for proving patches.
 
 The wheel is the exact release (``pip download --no-deps`` from the configured index,
 cached); only the members a patch needs, plus the dist-info METADATA and RECORD, are
@@ -16,21 +16,15 @@ from pathlib import Path
 
 from halo.errors import HaloError
 from halo.paths import cache_home
+from halo.pins.artifacts import manylinux_platforms
 
 # The images run CPython 3.12 on glibc 2.39 x86_64; fetch the wheels they would install.
-# pip takes --platform literally, so every manylinux tag that glibc accepts is listed.
-PLATFORMS = (
-    "manylinux_2_34",
-    "manylinux_2_28",
-    "manylinux_2_17",
-    "manylinux2014",
-    "manylinux_2_5",
-    "manylinux1",
-)
+# pip takes --platform literally, so every manylinux tag that glibc accepts is listed, in the
+# order the lock's own wheel choice (halo.pins.artifacts) ranks them.
 TARGET = (
     "--python-version",
     "3.12",
-    *(arg for tag in PLATFORMS for arg in ("--platform", f"{tag}_x86_64")),
+    *(arg for tag in manylinux_platforms(39, "x86_64") for arg in ("--platform", tag)),
     "--only-binary",
     ":all:",
 )

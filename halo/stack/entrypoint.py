@@ -1,7 +1,8 @@
-"""The server entrypoints' command lines, as images/<server>/serve.sh builds them.
+"""The rollout servers' command lines, as their one entrypoint images/server/serve.sh builds them.
 
 serve.sh is run with a real POSIX sh in its --print-command mode, with every variable it
-reads set, so that every flag it can emit is in the argv handed to the real parser.
+reads for that server set (HALO_SERVER picks the server), so that every flag it can emit is in
+the argv handed to the real parser.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from halo.errors import HaloError
 # A value for every variable the entrypoints read (HALO_EXTRA_ARGS is the user's own).
 SAMPLE_ENV = {
     "vllm": {
+        "HALO_SERVER": "vllm",
         "HALO_MODEL": "/models/tiny",
         "HALO_SERVED_MODEL_NAME": "tiny",
         "HALO_HOST": "127.0.0.1",
@@ -31,6 +33,7 @@ SAMPLE_ENV = {
         "HALO_VLLM_ENTRYPOINT": "cli",
     },
     "sglang": {
+        "HALO_SERVER": "sglang",
         "HALO_MODEL": "/models/tiny",
         "HALO_SERVED_MODEL_NAME": "tiny",
         "HALO_HOST": "127.0.0.1",
@@ -49,15 +52,22 @@ SAMPLE_ENV = {
 }
 NOT_FLAGS = frozenset({"HALO_EXTRA_ARGS", "HALO_DRY_RUN"})
 _READS = re.compile(r"\$\{((?:HALO|VLLM)_[A-Z0-9_]+)[:}-]")
+# A server's own part of the script: the function `<server>_command() { ... }`.
+_COMMAND = re.compile(r"^(\w+)_command\(\) \{$.*?^\}$", re.MULTILINE | re.DOTALL)
 
 
-def serve_script(images: Path, server: str) -> Path:
-    return images / server / "serve.sh"
+def serve_script(images: Path) -> Path:
+    return images / "server" / "serve.sh"
+
+
+def server_text(script: Path, server: str) -> str:
+    """What the script runs for ``server``: all but the other servers' command functions."""
+    return _COMMAND.sub(lambda m: m.group(0) if m.group(1) == server else "", script.read_text())
 
 
 def unset_variables(script: Path, server: str) -> list[str]:
-    """Flag-shaping variables the script reads that SAMPLE_ENV leaves unset."""
-    reads = set(_READS.findall(script.read_text()))
+    """Flag-shaping variables the script reads for ``server`` that SAMPLE_ENV leaves unset."""
+    reads = set(_READS.findall(server_text(script, server)))
     passed_through = {"VLLM_USE_V2_MODEL_RUNNER", "VLLM_LOGGING_LEVEL"}  # env, not flags
     return sorted(reads - SAMPLE_ENV[server].keys() - NOT_FLAGS - passed_through)
 
