@@ -39,7 +39,7 @@ import torch
 from halo.errors import HaloError
 from halo.rollout import weights
 from halo.rollout.client import Client, Retry, RolloutError, Sample
-from halo.train import data, distributed, formats, loop, rewards, saving, setup
+from halo.train import data, distributed, formats, loop, rewards, saving
 from halo.train import model as hf
 from halo.train.config import Config, Grpo, Source
 from halo.train.methods import grpo
@@ -212,9 +212,7 @@ def train(
     stop = stop or StopFlag()
     prompts: list[Prompt] = method.items
     held_out: list[Prompt] = method.eval_items
-    sched = data.Schedule(len(prompts), t.global_batch_size, t.seed, t.epochs, t.max_steps)
-    tr = setup.setup(cfg, method, tok, ctx, sched.total_steps)
-    found = saving.resume(tr)
+    tr, sched, resumed = loop.start(cfg, method, tok, ctx)
     client = Client(server_url(cfg), ro.model_name or "", ro.timeout_s)
     if not client.model and ctx.is_main:
         client = Client(client.url, served_model(client), ro.timeout_s)
@@ -229,25 +227,13 @@ def train(
     )
     loop.log(
         ctx,
-        f"online-grpo: {sched.total_steps} steps of {t.global_batch_size} prompts x {ro.n} "
-        f"from {client.url} ({client.model}), world {ctx.world} ({tr.mode}), device {ctx.device}",
+        f"online-grpo: {t.global_batch_size} prompts x {ro.n} per step, "
+        f"from {client.url} ({client.model})",
     )
-    for note in method.notes:
-        loop.log(ctx, note)
     metrics = loop.Metrics(cfg.log_dir, ctx, cfg.logging.every_steps)
     result = Result(tr.step, {}, 0, 0.0, False, None)
-    saved_at = tr.step if found is not None else -1
+    checkpoints = loop.Checkpoints(tr, sched, result, resumed, checkpoint_hook_sleep)
     started = time.monotonic()
-
-    def save(reason: str) -> None:
-        nonlocal saved_at
-        hook = checkpoint_hook_sleep
-        sleep = hook[1] if hook and hook[0] == tr.step else 0.0
-        epoch = sched.epoch_of(max(tr.step - 1, 0))
-        result.checkpoint = saving.save(
-            tr, reason, epoch, {"loss": result.losses.get(tr.step)}, sleep
-        )
-        saved_at = tr.step
 
     def eval_row(first: bool = False) -> None:
         every = ro.eval_every_steps
@@ -281,38 +267,24 @@ def train(
                 # Only a group whose rewards differ has advantages: none, and nothing moves.
                 live = float(sum(1 for r in scores if max(r) > min(r)))
                 pushed = rollouts.push()
-                st = dataclasses.replace(
-                    st,
-                    extras={
-                        **st.extras,
-                        "reward": mean_reward,
-                        "groups_with_signal": live,
-                        **pushed,
-                    },
-                )
+                extras = {**st.extras, "reward": mean_reward, "groups_with_signal": live, **pushed}
+                st = dataclasses.replace(st, extras=extras)
                 result.losses[tr.step] = st.loss
                 result.tokens += st.tokens
                 result.step_times.append((st.tokens, st.seconds))
                 metrics.step(tr.step, sched.total_steps, sched.epoch_of(tr.step - 1), st)
                 eval_row()
-                if ctx.any(stop.requested):
-                    loop.log(
-                        ctx,
-                        f"{stop.name}: step {tr.step} finished, writing an emergency checkpoint",
-                    )
-                    save("signal")
-                    result.stopped_by_signal = True
+                if checkpoints.on_signal(stop):
                     break
-                if cfg.checkpoint.every_steps and tr.step % cfg.checkpoint.every_steps == 0:
-                    save("periodic")
-            if not result.stopped_by_signal and saved_at != tr.step:
-                save("final")
+                checkpoints.periodic()
+            if not result.stopped_by_signal:
+                checkpoints.final()
         except (RolloutError, RunFailedError, rewards.RewardError) as exc:
-            if tr.step > 0 and saved_at != tr.step:
+            if tr.step > 0 and checkpoints.saved_at != tr.step:
                 loop.log(
                     ctx, f"online-grpo: stopping at step {tr.step}; writing a checkpoint first"
                 )
-                save("rollout-failure")
+                checkpoints.save("rollout-failure")
             raise RunFailedError(exc.message) from None
     finally:
         metrics.close()
