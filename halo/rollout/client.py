@@ -9,18 +9,22 @@ backoff, at most ``attempts`` times, with one line per failure.
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from halo.errors import HaloError
 
 T = TypeVar("T")
+# Requests in flight at once when sampling a batch: enough to keep a server's batch full.
+MAX_REQUESTS = 64
 
 
 class RolloutError(HaloError):
@@ -78,23 +82,36 @@ class Client:
         stop: Sequence[str] = (),
     ) -> list[list[Sample]]:
         """``n`` samples for each prompt (given as token ids, so the server sees exactly the
-        trainer's rendering), grouped per prompt in order."""
-        out = self.call(
-            "POST",
-            "/v1/completions",
-            {
-                "model": self.model,
-                "prompt": [list(p) for p in prompts],
-                "n": n,
-                "max_tokens": max_tokens,
-                "temperature": temperature,
-                "seed": seed,
-                "stop": list(stop),
-                "return_token_ids": True,
-                "skip_special_tokens": False,
-            },
-        )
-        return parse_completions(out, len(prompts), n, f"POST {self.url}/v1/completions")
+        trainer's rendering), grouped per prompt in order.
+
+        One request per prompt, each with its own seed, sent together (the server batches
+        them): vLLM gives every prompt of one request the same seed, so sample k of each
+        prompt would draw the same random numbers, and the groups of a batch would choose
+        alike instead of independently.
+        """
+
+        def one(i: int) -> list[Sample]:
+            out = self.call(
+                "POST",
+                "/v1/completions",
+                {
+                    "model": self.model,
+                    "prompt": list(prompts[i]),
+                    "n": n,
+                    "max_tokens": max_tokens,
+                    "temperature": temperature,
+                    "seed": prompt_seed(seed, i),
+                    "stop": list(stop),
+                    "return_token_ids": True,
+                    "skip_special_tokens": False,
+                },
+            )
+            return parse_completions(out, 1, n, f"POST {self.url}/v1/completions")[0]
+
+        if not prompts:
+            return []
+        with ThreadPoolExecutor(min(len(prompts), MAX_REQUESTS)) as pool:
+            return list(pool.map(one, range(len(prompts))))
 
     def prompt_logprobs(self, ids: Sequence[int]) -> list[float]:
         """log p(ids[t] | ids[:t]) for t >= 1 under the served weights: the model's fingerprint."""
@@ -118,6 +135,12 @@ class Client:
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise RolloutError(f"{where}: unexpected answer ({exc!r})", False) from None
         return values
+
+
+def prompt_seed(seed: int, index: int) -> int:
+    """The seed of prompt ``index`` of a batch sampled with ``seed`` (31 bits, as servers take)."""
+    digest = hashlib.sha256(f"{seed}/{index}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") >> 1
 
 
 def parse_completions(out: Any, prompts: int, n: int, where: str) -> list[list[Sample]]:

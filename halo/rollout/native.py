@@ -22,6 +22,7 @@ from pathlib import Path
 from halo.atomic import write_text
 from halo.errors import HaloError
 from halo.report import say
+from halo.rollout import served
 from halo.rollout.servers import ServerKind, probe
 from halo.stack.entrypoint import serve_script
 
@@ -86,10 +87,11 @@ def stack_python(kind: ServerKind) -> Path:
 
 
 def ensure_served_model(python: Path, repo: Path, out: Path) -> Path:
-    """The trainer's SFT example, trained and exported once per scratch (halo.rollout.served)."""
+    """The online GRPO example's starting point, trained and exported once per scratch
+    (halo.rollout.served)."""
     if (out / "config.json").is_file():
         return out
-    say(f"serve: training and exporting the SFT example into {out} (once)")
+    say(f"serve: training and exporting {served.CONFIG} into {out} (once)")
     proc = subprocess.run(
         [str(python), "-m", "halo.rollout.served", str(out)],
         env={**os.environ, "PYTHONPATH": str(repo), "HF_HUB_OFFLINE": "1"},
@@ -194,7 +196,7 @@ def start(
         raise HaloError(f"{url}: a server already answers there (stop it, or pick --port)")
     folder = scratch / "serve" / kind.name
     folder.mkdir(parents=True, exist_ok=True)
-    model = model or ensure_served_model(python, repo, scratch / "models" / "tiny-sft")
+    model = model or ensure_served_model(python, repo, scratch / "models" / served.NAME)
     name = name or model.name
     log = folder / "server.log"
     env = server_env(kind, python, model.resolve(), port, name)

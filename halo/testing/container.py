@@ -55,6 +55,8 @@ class RunSpec:
     offline: bool = True  # HF_HUB_OFFLINE=1: tiers read only what is cached
     fabric: str = "none"  # a key of FABRICS; only GPU runs talk NCCL
     cuda_devices: str = "all"  # "all" or a comma list of GPU indices
+    # The host's process table: a rollout tier's tests may kill the server it started.
+    host_pids: bool = False
 
 
 def in_ci() -> bool:
@@ -85,6 +87,8 @@ def docker_run_args(
     """Everything after `docker run`: flags, the image, the command."""
     args = ["--rm", "--init", "--pull", "never", f"--network={spec.network}", "--ipc=host"]
     args.append(f"--shm-size={GPU_SHM if spec.gpus else CPU_SHM}")
+    if spec.host_pids:
+        args.append("--pid=host")
     if spec.gpus:
         if spec.fabric not in FABRICS:
             raise ValueError(f"fabric {spec.fabric!r}: expected one of {sorted(FABRICS)}")

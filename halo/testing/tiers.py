@@ -183,11 +183,17 @@ def _run_pytest(
         env["HALO_SERVED_MODEL_NAME"] = Path(served.model).name
         if image_ref is not None:
             env["HALO_MODEL"] = in_container(Path(served.model), scratch)
+    if started is not None:
+        # The tier owns this server and stops it afterwards: its tests may kill it (the last
+        # of them does: a server killed mid-run of online GRPO).
+        env["HALO_SERVER_PID"] = str(started.pid)
     if kind and image_ref is not None:
         # A container sees scratch at /scratch; a server on the host sees it where it is.
         env["HALO_SERVER_SCRATCH"] = str(scratch)
     if place.server_tier:
         env["HALO_SERVER_TIER"] = place.server_tier
+    # Asked before the tests run: the last of them may have killed the server.
+    who = identify(kind) if kind and not kind.not_running() else None
     if image_ref is None:
         rc = subprocess.run(
             [sys.executable, *pytest_argv(t, str(junit_host), extra)],
@@ -204,11 +210,11 @@ def _run_pytest(
             env=env,
             fabric=place.fabric,
             cuda_devices=place.cuda_devices,
+            host_pids=started is not None,
         )
         rc = run_spec(spec)
         where = image_ref
-    if kind and not kind.not_running():
-        who = identify(kind)
+    if kind and who is not None:
         ready = started.ready_s if started else None
         print(
             table(

@@ -152,7 +152,8 @@ def _tools(value: Any, where: str) -> list[Any] | None:
     return value
 
 
-def _prompt(value: Any, where: str) -> list[Message]:
+def prompt_messages(value: Any, where: str) -> list[Message]:
+    """A prompt as messages: a string is one user turn; a list is validated messages."""
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     return messages(value, where)
@@ -217,7 +218,7 @@ def chat(
     if fmt == "sharegpt":
         return sharegpt(row, where, columns, tags)
     if fmt == "prompt_completion":
-        prompt = _prompt(row.get("prompt"), f"{where}: prompt")
+        prompt = prompt_messages(row.get("prompt"), f"{where}: prompt")
         answer = _answer(row.get("completion"), f"{where}: completion")
         return Chat(prompt + answer, tools, len(prompt), where)
     raise HaloError(
@@ -228,7 +229,7 @@ def chat(
 def pair(row: dict[str, Any], where: str) -> PairRow:
     tools = _tools(row.get("tools"), f"{where}: tools")
     if row.get("prompt") is not None:
-        prompt = _prompt(row["prompt"], f"{where}: prompt")
+        prompt = prompt_messages(row["prompt"], f"{where}: prompt")
         chosen = _answer(row.get("chosen"), f"{where}: chosen")
         rejected = _answer(row.get("rejected"), f"{where}: rejected")
         return PairRow(prompt, chosen, rejected, tools)
@@ -244,7 +245,7 @@ def pair(row: dict[str, Any], where: str) -> PairRow:
 
 
 def group(row: dict[str, Any], where: str) -> GroupRow:
-    prompt = _prompt(row.get("prompt"), f"{where}: prompt")
+    prompt = prompt_messages(row.get("prompt"), f"{where}: prompt")
     comps = row.get("completions")
     if not isinstance(comps, list) or len(comps) < 2:
         raise HaloError(f"{where}: completions: expected a list of at least 2")

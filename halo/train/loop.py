@@ -167,9 +167,10 @@ class Metrics:
             }
         )
 
-    def eval(self, n: int, loss: float) -> None:
-        log(self.ctx, f"eval step {n}: eval_loss {loss:.6f}")
-        self._row({"step": n, "eval_loss": loss})
+    def eval(self, n: int, value: float, key: str = "eval_loss") -> None:
+        """An evaluation at step ``n``: eval loss, or another measure named by ``key``."""
+        log(self.ctx, f"eval step {n}: {key} {value:.6f}")
+        self._row({"step": n, key: value})
 
     def close(self) -> None:
         if self.fh:

@@ -15,12 +15,27 @@ from rollout_client import Server
 
 from halo.rollout.servers import server
 
+# The trainers these tests start inherit it: a tiny model gains nothing from a second thread,
+# and spinning threads slow a busy machine (as the CPU tier does).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 def _server(name: str) -> Server:
     kind = server(name)
     if why := kind.not_running():
         pytest.skip(f"{why}; {kind.no_cpu_reason}" if kind.no_cpu_reason else why)
     return Server(kind.url)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "kills_server: kills the rollout server; runs after the tier's other tests"
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Restarting a CPU server takes minutes: the test that kills it goes last (a stable sort).
+    items.sort(key=lambda item: item.get_closest_marker("kills_server") is not None)
 
 
 @pytest.fixture(scope="session")

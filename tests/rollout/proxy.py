@@ -1,8 +1,9 @@
 """A TCP relay in front of the real server, that a test can take down and bring back.
 
-To the trainer, "the server was killed" is its address refusing and dropping connections:
-stopping the relay does exactly that, in a second, without restarting vLLM (minutes on a
-CPU). Loopback only; every thread ends when the relay stops.
+To the trainer, a server restarting is its address refusing and dropping connections for a
+while: stopping the relay and starting it again does exactly that, in a second, without
+restarting vLLM (minutes on a CPU). The test of a server killed for good kills vLLM itself.
+Loopback only; every thread ends when the relay stops.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ class Relay:
         """Refuse new connections and cut the open ones."""
         with self._lock:
             if self._listener is not None:
+                # shutdown first: a close alone leaves the accept() of the relay's thread
+                # blocked and the port listening, so the relay could not start again.
+                with contextlib.suppress(OSError):
+                    self._listener.shutdown(socket.SHUT_RDWR)
                 self._listener.close()
                 self._listener = None
             for c in self._conns:

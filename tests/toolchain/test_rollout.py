@@ -141,6 +141,13 @@ def test_gpu_runs_get_the_fabric_and_the_devices_asked_for(tmp_path: Path) -> No
     assert "--device=/dev/infiniband" not in cpu and "NCCL_NET" not in env(cpu)
 
 
+def test_only_a_tier_that_owns_the_server_sees_the_host_processes(tmp_path: Path) -> None:
+    # The rollout tier's last test kills the server the tier started, from its container.
+    owner = docker_run_args(RunSpec(image="i", argv=["t"], host_pids=True), REPO, tmp_path)
+    assert "--pid=host" in owner
+    assert "--pid=host" not in docker_run_args(RunSpec(image="i", argv=["t"]), REPO, tmp_path)
+
+
 def test_make_aliases_pass_the_fabric_and_devices() -> None:
     out = subprocess.run(
         ["make", "-n", "test-gpu-vllm", "EFA=1", "TRAINER_CUDA_DEVICES=0,1", "SERVER_TIER=moe"],

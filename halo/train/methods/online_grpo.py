@@ -26,6 +26,7 @@ checkpoint is never lost.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -35,15 +36,14 @@ from typing import Any
 
 import torch
 
-from halo.atomic import staged_dir
 from halo.errors import HaloError
 from halo.rollout import weights
 from halo.rollout.client import Client, Retry, RolloutError, Sample
-from halo.train import data, distributed, export, formats, loop, rewards, saving, setup
+from halo.train import data, distributed, formats, loop, rewards, saving
 from halo.train import model as hf
 from halo.train.config import Config, Grpo, Source
 from halo.train.methods import grpo
-from halo.train.state import Method, Result, StepStats, Trainer
+from halo.train.state import Method, Result, Trainer
 from halo.train.stopping import StopFlag
 from halo.train.tokenizer import ChatTokenizer, Message
 
@@ -71,7 +71,7 @@ class Prompt:
 def parse(row: dict[str, Any], fmt: str, src: Source, where: str) -> Prompt:
     if "prompt" not in row:
         raise HaloError(f"{where}: online-grpo needs a 'prompt' (a string or messages) per row")
-    return Prompt(formats._prompt(row["prompt"], f"{where}: prompt"), row, where)
+    return Prompt(formats.prompt_messages(row["prompt"], f"{where}: prompt"), row, where)
 
 
 def server_url(cfg: Config) -> str:
@@ -121,14 +121,12 @@ class Rollouts:
     def push(self) -> dict[str, float]:
         """Export the policy, have the server reload it, check it serves exactly that."""
         tr, ro = self.tr, self.ro
-        state = distributed.model_state(tr.model)  # collective
+        root = ro.export_dir or tr.cfg.job_dir / "served"
+        folder = root / f"step_{tr.step:06d}"
+        saving.export_model(tr, folder)  # collective
         expected = policy_logprobs(tr, self.probe)  # collective under FSDP
         out: dict[str, float] = {}
         if tr.ctx.is_main:
-            root = ro.export_dir or tr.cfg.job_dir / "served"
-            folder = root / f"step_{tr.step:06d}"
-            with staged_dir(folder) as tmp:
-                export.write_hf(tmp, state, tr.conf, tr.tok)
             on_server = str(Path(ro.export_dir_on_server or root) / folder.name)
             t0 = time.monotonic()
             self.retry(f"push step {tr.step}", lambda: weights.reload(self.client, on_server))
@@ -192,7 +190,8 @@ def build(cfg: Config, tok: ChatTokenizer) -> Method:
     ro = cfg.rollout
     rewards.load(ro.reward)  # fail before any model is built
     notes = [
-        f"online-grpo: {len(train)} prompts, {len(evals)} held out; n {ro.n}, "
+        f"online-grpo: {len(train)} prompts, {len(evals)} held out (their mean reward every "
+        f"{ro.eval_every_steps} steps: eval_reward); n {ro.n}, "
         f"temperature {ro.temperature}, max_tokens {ro.max_tokens}, reward {ro.reward}; "
         f"clip {g.clip_eps}, kl_coef {g.kl_coef}, scale_rewards {g.scale_rewards}"
     ]
@@ -213,9 +212,7 @@ def train(
     stop = stop or StopFlag()
     prompts: list[Prompt] = method.items
     held_out: list[Prompt] = method.eval_items
-    sched = data.Schedule(len(prompts), t.global_batch_size, t.seed, t.epochs, t.max_steps)
-    tr = setup.setup(cfg, method, tok, ctx, sched.total_steps)
-    found = saving.resume(tr)
+    tr, sched, resumed = loop.start(cfg, method, tok, ctx)
     client = Client(server_url(cfg), ro.model_name or "", ro.timeout_s)
     if not client.model and ctx.is_main:
         client = Client(client.url, served_model(client), ro.timeout_s)
@@ -230,39 +227,23 @@ def train(
     )
     loop.log(
         ctx,
-        f"online-grpo: {sched.total_steps} steps of {t.global_batch_size} prompts x {ro.n} "
-        f"from {client.url} ({client.model}), world {ctx.world} ({tr.mode}), device {ctx.device}",
+        f"online-grpo: {t.global_batch_size} prompts x {ro.n} per step, "
+        f"from {client.url} ({client.model})",
     )
-    for note in method.notes:
-        loop.log(ctx, note)
     metrics = loop.Metrics(cfg.log_dir, ctx, cfg.logging.every_steps)
     result = Result(tr.step, {}, 0, 0.0, False, None)
-    saved_at = tr.step if found is not None else -1
+    checkpoints = loop.Checkpoints(tr, sched, result, resumed, checkpoint_hook_sleep)
     started = time.monotonic()
 
-    def save(reason: str) -> None:
-        nonlocal saved_at
-        hook = checkpoint_hook_sleep
-        sleep = hook[1] if hook and hook[0] == tr.step else 0.0
-        epoch = sched.epoch_of(max(tr.step - 1, 0))
-        result.checkpoint = saving.save(
-            tr, reason, epoch, {"loss": result.losses.get(tr.step)}, sleep
-        )
-        saved_at = tr.step
-
-    def eval_row() -> None:
-        reward = rollouts.evaluate(held_out)
-        loop.log(
-            ctx,
-            f"eval step {tr.step}: held-out mean reward {reward:.4f} "
-            f"({len(held_out)} prompts x {ro.n})",
-        )
-        metrics._row({"step": tr.step, "eval_reward": reward})
+    def eval_row(first: bool = False) -> None:
+        every = ro.eval_every_steps
+        if held_out and every and (first or tr.step % every == 0 or tr.step == sched.total_steps):
+            metrics.eval(tr.step, rollouts.evaluate(held_out), "eval_reward")
 
     try:
         try:
             rollouts.push()  # the server serves the policy before the first rollout
-            eval_row()
+            eval_row(first=True)
             for step in range(tr.step, sched.total_steps):
                 batch = [prompts[i] for i in sched.global_batch_of(step)]
                 groups, scores = ([], [])
@@ -286,39 +267,24 @@ def train(
                 # Only a group whose rewards differ has advantages: none, and nothing moves.
                 live = float(sum(1 for r in scores if max(r) > min(r)))
                 pushed = rollouts.push()
-                st = StepStats(
-                    st.loss,
-                    {**st.extras, "reward": mean_reward, "groups_with_signal": live, **pushed},
-                    st.tokens,
-                    st.seconds,
-                    st.lr,
-                )
+                extras = {**st.extras, "reward": mean_reward, "groups_with_signal": live, **pushed}
+                st = dataclasses.replace(st, extras=extras)
                 result.losses[tr.step] = st.loss
                 result.tokens += st.tokens
                 result.step_times.append((st.tokens, st.seconds))
                 metrics.step(tr.step, sched.total_steps, sched.epoch_of(tr.step - 1), st)
-                if ro.eval_every_steps and (
-                    tr.step % ro.eval_every_steps == 0 or tr.step == sched.total_steps
-                ):
-                    eval_row()
-                if ctx.any(stop.requested):
-                    loop.log(
-                        ctx,
-                        f"{stop.name}: step {tr.step} finished, writing an emergency checkpoint",
-                    )
-                    save("signal")
-                    result.stopped_by_signal = True
+                eval_row()
+                if checkpoints.on_signal(stop):
                     break
-                if cfg.checkpoint.every_steps and tr.step % cfg.checkpoint.every_steps == 0:
-                    save("periodic")
-            if not result.stopped_by_signal and saved_at != tr.step:
-                save("final")
+                checkpoints.periodic()
+            if not result.stopped_by_signal:
+                checkpoints.final()
         except (RolloutError, RunFailedError, rewards.RewardError) as exc:
-            if tr.step > 0 and saved_at != tr.step:
+            if tr.step > 0 and checkpoints.saved_at != tr.step:
                 loop.log(
                     ctx, f"online-grpo: stopping at step {tr.step}; writing a checkpoint first"
                 )
-                save("rollout-failure")
+                checkpoints.save("rollout-failure")
             raise RunFailedError(exc.message) from None
     finally:
         metrics.close()
