@@ -36,6 +36,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("right", metavar="REF")
     p.set_defaults(func=_diff)
 
+    p = isub.add_parser(
+        "verify",
+        help="rebuild from scratch and compare image IDs with the image built here (exit 1 if they differ)",
+    )
+    p.add_argument("names", nargs="*", metavar="NAME")
+    p.add_argument("--all", action="store_true", help="every image in the catalog")
+    p.set_defaults(func=_verify)
+
     p = isub.add_parser("push", help="publish the moving and the immutable tag to a registry")
     p.add_argument("names", nargs="*", metavar="NAME")
     p.add_argument("--all", action="store_true", help="every image in the catalog")
@@ -108,6 +116,36 @@ def _plan(args: argparse.Namespace) -> int:
     ]
     print("\n\n".join(plans))
     return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from halo.images.build import verify_image
+    from halo.images.catalog import load_catalog
+    from halo.paths import find_repo, store_root
+    from halo.report import table
+    from halo.store.store import Store
+
+    repo = find_repo()
+    catalog = load_catalog(repo)
+    results = [
+        verify_image(repo, catalog, image, Store(store_root()))
+        for image in _selected(catalog, args.names, args.all)
+    ]
+    rows = [
+        (
+            v.image.moving_ref,
+            v.expected[:19],
+            v.rebuilt[:19],
+            "same"
+            if v.same
+            else "DIFFERENT (layers " + ", ".join(map(str, v.layers)) + ")"
+            if v.layers
+            else "DIFFERENT (config)",
+        )
+        for v in results
+    ]
+    print(table(("image", "built here", "rebuilt from scratch", "result"), rows))
+    return 0 if all(v.same for v in results) else 1
 
 
 def _diff(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ import functools
 import json
 import os
 import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +101,24 @@ class Docker:
     def inspect(self, ref: str, fmt: str) -> str:
         return _run([self.exe, "image", "inspect", "--format", fmt, ref]).stdout.strip()
 
+    def inspect_json(self, ref: str) -> dict:  # type: ignore[type-arg]
+        """`docker image inspect` of one image, as a dict."""
+        out = _run([self.exe, "image", "inspect", ref]).stdout
+        try:
+            (info,) = json.loads(out)
+        except ValueError:
+            raise HaloError(f"docker image inspect {ref}: unexpected output") from None
+        return info  # type: ignore[no-any-return]
+
+    def id_and_label(self, ref: str, label: str) -> tuple[str, str] | None:
+        """(image ID, value of ``label``) in one call; None when ``ref`` is not here."""
+        fmt = f'{{{{.Id}}}} {{{{index .Config.Labels "{label}"}}}}'
+        proc = _run([self.exe, "image", "inspect", "--format", fmt, ref], check=False)
+        if proc.returncode != 0:
+            return None
+        image_id, _, value = proc.stdout.strip().partition(" ")
+        return image_id, value.strip()
+
     def layers(self, ref: str) -> list[str]:
         return self.inspect(ref, "{{range .RootFS.Layers}}{{println .}}{{end}}").split()
 
@@ -137,20 +156,30 @@ class Docker:
         """Run a BuildKit build (log streamed to the terminal); return the image ID.
 
         With ``output``, the final stage's files are exported to that folder instead of an image.
+        The ID file lives outside the context: writing into the context would change it.
         """
-        iidfile = context / ".iid"
-        argv = build_argv(
-            self.builder, context, dockerfile, tags, build_args, labels, network, iidfile, output
-        )
-        if no_cache:
-            argv.insert(len(self.builder.argv(load=output is None)), "--no-cache")
-        env = {**os.environ, "DOCKER_BUILDKIT": "1"}
-        proc = subprocess.run(argv, env=env, check=False)
-        if proc.returncode != 0:
-            raise HaloError(
-                f"docker build ({dockerfile.name}): failed with exit {proc.returncode}; see the build log above"
+        with tempfile.TemporaryDirectory(prefix="halo-iid-") as tmp:
+            iidfile = Path(tmp) / "iid"
+            argv = build_argv(
+                self.builder,
+                context,
+                dockerfile,
+                tags,
+                build_args,
+                labels,
+                network,
+                iidfile,
+                output,
             )
-        return "" if output else iidfile.read_text().strip()
+            if no_cache:
+                argv.insert(len(self.builder.argv(load=output is None)), "--no-cache")
+            env = {**os.environ, "DOCKER_BUILDKIT": "1"}
+            proc = subprocess.run(argv, env=env, check=False)
+            if proc.returncode != 0:
+                raise HaloError(
+                    f"docker build ({dockerfile.name}): failed with exit {proc.returncode}; see the build log above"
+                )
+            return "" if output else iidfile.read_text().strip()
 
     def push(self, ref: str) -> None:
         _run([self.exe, "push", ref])
