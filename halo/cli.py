@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from halo import __version__
-from halo.errors import HaloError
+from halo.errors import HaloError, os_error
 
 # Each module exposes register(subparsers) and sets `func` on its parsers.
 COMMAND_MODULES = (
@@ -55,6 +55,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("halo: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return 0  # the reader went away (`halo ... | head`): nothing left to say
+    except OSError as exc:
+        # The environment, not the code: a full disk, a read-only mount, a file where a folder
+        # should be, a file that cannot be read. Modules name their paths where they can; this
+        # is the net for the ones that do not, so none of these reaches a user as a traceback.
+        error = os_error(exc)
+        print(f"halo: error: {error.message}", file=sys.stderr)
+        return error.exit_code
+    except UnicodeDecodeError as exc:
+        # The same net for a text file read without halo.schema.read_text (which names it).
+        print(
+            f"halo: error: an input file is not UTF-8 text ({exc.reason} at byte {exc.start})",
+            file=sys.stderr,
+        )
+        return HaloError.exit_code
 
 
 if __name__ == "__main__":

@@ -7,20 +7,25 @@ file (and key path), never a traceback.
 - `read_text(path)`: UTF-8 or one line naming the byte offset; OSErrors (permission, a
   directory, a missing file) become one line naming the path.
 - `load_yaml(text, origin)`: a SafeLoader that rejects duplicate keys (PyYAML silently keeps
-  the last one) and reads `1e-5` as a float, as people mean it.
+  the last one) and reads `1e-5` as a float, as people mean it; errors name the line.
 - `load_toml(text, origin)`: tomllib, with its error as one line.
 - `validate(model, data, origin)`: a pydantic model (strict, unknown keys forbidden), with
   every problem reported at once, each as ``key.path: what was expected``.
+- `Problems`: the same, for a file checked in parts (each entry on its own, then what ties
+  entries together), so one bad entry does not hide the problems of the others.
+- Field types shared by the input files: `Name`, `OciRepository`, `OciTag`, `Sha256Hex`,
+  `RelativePath`, and `Strict`, the model base (unknown keys forbidden, no coercion).
 """
 
 from __future__ import annotations
 
 import re
 import tomllib
-from pathlib import Path
-from typing import Any, TypeVar
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, TypeVar
 
 import yaml
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from halo.errors import HaloError
 
@@ -87,10 +92,14 @@ _StrictLoader.add_implicit_resolver(
 
 
 def load_yaml(text: str, origin: str) -> Any:
+    """Strict YAML (no duplicate keys); a syntax error is one line naming where it is."""
     try:
         return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
-        raise HaloError(f"{origin}: not valid YAML: {' '.join(str(exc).split())}") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}:" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+        raise HaloError(f"{origin}:{where} malformed YAML: {problem}") from None
 
 
 def load_toml(text: str, origin: str) -> dict[str, Any]:
@@ -122,7 +131,11 @@ def problems(exc: Exception) -> list[str]:
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
-        elif "input" in err and err["type"] not in ("missing",):
+        elif err["type"] == "missing":
+            msg = "required"
+        elif err["type"] == "value_error":
+            msg = msg.removeprefix("Value error, ")  # our own messages name the value already
+        elif "input" in err:
             value = err["input"]
             shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
             msg = f"{msg}, got {shown[:80]}"
@@ -130,15 +143,98 @@ def problems(exc: Exception) -> list[str]:
     return out
 
 
+def _summary(origin: str, found: list[str]) -> HaloError:
+    """``FILE: key: what was expected``; several problems as ``FILE: N problems: ...; ...``."""
+    if len(found) == 1:
+        return HaloError(f"{origin}: {found[0]}")
+    return HaloError(f"{origin}: {len(found)} problems: " + "; ".join(found))
+
+
 def validate(model: type[M], data: Any, origin: str) -> M:
     """``data`` as ``model`` (a pydantic BaseModel), or one HaloError listing every problem."""
-    from pydantic import ValidationError
-
     try:
         return model.model_validate(data)  # type: ignore[attr-defined,no-any-return]
     except ValidationError as exc:
-        found = problems(exc)
-        n = len(found)
-        raise HaloError(
-            f"{origin}: {n} problem{'s' if n > 1 else ''}: " + "; ".join(found)
-        ) from None
+        raise _summary(origin, problems(exc)) from None
+
+
+class Problems:
+    """Every problem of one file, collected across its parts, raised as one line at the end."""
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+        self.found: list[str] = []
+
+    def model(self, model: type[M], data: Any, where: str = "") -> M | None:
+        """``data`` as ``model``; on failure its problems are kept (prefixed by ``where``)."""
+        try:
+            return model.model_validate(data)  # type: ignore[attr-defined,no-any-return]
+        except ValidationError as exc:
+            for line in problems(exc):
+                key, _, msg = line.partition(": ")
+                path = where if key == "(top level)" else (f"{where}.{key}" if where else key)
+                path = path.replace(".[", "[")
+                self.found.append(f"{path or '(top level)'}: {msg}")
+            return None
+
+    def add(self, where: str, message: str) -> None:
+        self.found.append(f"{where}: {message}")
+
+    def check(self) -> None:
+        if self.found:
+            raise _summary(self.origin, self.found)
+
+
+class Strict(BaseModel):
+    """Input file models: unknown keys are errors, and a value is never coerced into a type
+    (YAML's `tag: 0.10` is the float 0.1, not the string "0.10")."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=False)
+
+
+def matches(pattern: str, what: str) -> AfterValidator:
+    compiled = re.compile(pattern)
+
+    def check(value: str) -> str:
+        if not compiled.fullmatch(value):
+            raise ValueError(f"expected {what}, got {value!r}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _quoted_hint(value: Any) -> Any:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise ValueError(
+            f"expected a string, YAML read the number {value!r}: put the value in quotes"
+        )
+    return value
+
+
+# A name of a set, image, base or source: what file names and references are made of.
+Name = Annotated[str, matches(r"[a-z0-9][a-z0-9_.-]*", "a lowercase ASCII name")]
+# OCI distribution spec: repository path components and tags. A tag leaves room for the
+# immutable tag's "-<12 hex>" suffix (128 characters in all).
+OciRepository = Annotated[
+    str,
+    matches(
+        r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*",
+        "an OCI repository name (lowercase ASCII letters, digits, separators . _ - /)",
+    ),
+]
+OciTag = Annotated[
+    str,
+    BeforeValidator(_quoted_hint),
+    matches(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,114}", "an OCI tag ([A-Za-z0-9_.-], at most 115)"),
+]
+Sha256Hex = Annotated[str, matches(r"[0-9a-f]{64}", "64 lowercase hex digits")]
+
+
+def _relative(value: str) -> str:
+    path = PurePosixPath(value)
+    if not value or path.is_absolute() or ".." in path.parts or "\\" in value:
+        raise ValueError(f"expected a path inside the repository, got {value!r}")
+    return value
+
+
+RelativePath = Annotated[str, AfterValidator(_relative)]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from halo import __version__
-from halo.errors import HaloError
+from halo.errors import HaloError, os_error
 from halo.images.base import base_ref, base_state, make_base, recipe_hash, source_date_epoch
 from halo.images.catalog import Catalog, Image
 from halo.images.context import stage_context
@@ -32,7 +32,7 @@ from halo.report import human_bytes, say, table
 from halo.sources import index_urls, substitute_dirs
 from halo.store.fetch import fetch_lock, summary
 from halo.store.index import IndexClient
-from halo.store.store import Store, os_error
+from halo.store.store import Store
 
 LABEL_PREFIX = "org.opencontainers.image"
 INPUT_LABEL = "io.halo.input-hash"
@@ -149,7 +149,7 @@ def _exclusive(path: Path) -> Iterator[None]:
         path.parent.mkdir(parents=True, exist_ok=True)
         fh = path.open("a")
     except OSError as exc:
-        raise os_error(path, exc, "write the build context") from None
+        raise os_error(exc, path, "write the build context") from None
     with fh:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
         yield

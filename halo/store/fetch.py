@@ -2,7 +2,7 @@
 
 Order of preference: already in the store (re-verified: by its stamp, or hashed again when the
 file changed), a local substitute folder, the configured index. An entry that no longer hashes
-right is dropped and fetched again, and reported as repaired. A substitute or download whose
+right is fetched again, replaced, and reported as repaired. A substitute or download whose
 bytes don't match the pin is refused and nothing of it is kept.
 """
 
@@ -81,12 +81,14 @@ def fetch_lock(
             else:
                 got = bad.actual[:12] or "unreadable bytes"
                 say(f"  {art.file}: store entry corrupted (sha256 {got}…), fetching it again")
-                store.discard(art.sha256)
+                # The good bytes replace the bad ones in one rename; until then the entry
+                # stays (refused by every reader), so the next fetch still reports the repair.
                 try:
                     bring(store, package, art, index, substitutes)
                 except HaloError as exc:
                     raise HaloError(
-                        f"{art.file}: store entry was corrupted and could not be replaced: {exc.message}"
+                        f"{art.file}: store entry corrupted and not replaced ({exc.message}); "
+                        f"run `halo fetch {lock.set}` when a source has it"
                     ) from None
                 origin = "repaired"
         else:

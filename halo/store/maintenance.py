@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from halo.errors import HaloError
+from halo.errors import HaloError, os_error
 from halo.pins.lockfile import Artifact, Lock
 from halo.store.fetch import Index, bring
-from halo.store.store import SHA256_RE, Store, os_error, partial_is_dead
+from halo.store.store import SHA256_RE, Store, partial_is_dead
 
 
 def named_by_locks(locks: Sequence[Lock]) -> dict[str, tuple[str, Artifact]]:
@@ -65,17 +65,18 @@ def verify_store(
         report.corrupt.append(sha)
         if index is None:
             continue
-        store.discard(sha)
         if sha in named:
             package, art = named[sha]
             try:
                 bring(store, package, art, index, substitutes)
             except HaloError as exc:
                 raise HaloError(
-                    f"{art.file}: store entry was corrupted and could not be replaced: {exc.message}"
+                    f"{art.file}: store entry corrupted and not replaced ({exc.message}); "
+                    "run `halo store verify --repair` when a source has it"
                 ) from None
             report.repaired.append(art.file)
         else:
+            store.discard(sha)
             report.removed.append(sha)
     return report
 
@@ -109,7 +110,7 @@ def gc_store(store: Store, locks: Sequence[Lock], dry_run: bool = False) -> GcRe
         try:
             path.unlink(missing_ok=True)
         except OSError as exc:
-            raise os_error(path, exc, "remove") from None
+            raise os_error(exc, path, "remove") from None
     return report
 
 

@@ -18,7 +18,6 @@ digits (``../../etc/passwd``) never becomes a path.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import json
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from halo.atomic import write_text
-from halo.errors import HaloError
+from halo.errors import HaloError, os_error
 from halo.hashing import CHUNK, sha256_file
 
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
@@ -43,21 +42,6 @@ def check_key(sha256: object) -> str:
     if not isinstance(sha256, str) or not SHA256_RE.fullmatch(sha256):
         raise HaloError(f"store: refusing key {sha256!r}: a sha256 is 64 lowercase hex digits")
     return sha256
-
-
-def os_error(path: Path, exc: OSError, doing: str) -> HaloError:
-    """An OSError as one line naming the path (a full disk, a read-only store, a file in the way)."""
-    reason = {
-        errno.ENOSPC: "no space left on the device",
-        errno.EROFS: "read-only file system",
-        errno.EACCES: "permission denied",
-        errno.EPERM: "operation not permitted",
-        errno.ENOTDIR: "a file is in the way of a folder",
-        errno.EEXIST: "a file is in the way of a folder",
-        errno.EDQUOT: "disk quota exceeded",
-    }.get(exc.errno or 0, exc.strerror or str(exc))
-    where = Path(exc.filename) if exc.filename else path
-    return HaloError(f"{where}: cannot {doing}: {reason}")
 
 
 @dataclass(frozen=True)
@@ -119,7 +103,7 @@ class Store:
         except FileNotFoundError:
             raise HaloError(f"{path}: not in the store") from None
         except OSError as exc:
-            raise os_error(path, exc, "read the store entry") from None
+            raise os_error(exc, path, "read the store entry") from None
         if not rehash and self._stamp(sha256) == Stamp.of(st):
             return None
         try:
@@ -153,7 +137,7 @@ class Store:
             try:
                 path.unlink(missing_ok=True)
             except OSError as exc:
-                raise os_error(path, exc, "remove the store entry") from None
+                raise os_error(exc, path, "remove the store entry") from None
 
     # -- adding --------------------------------------------------------------------------
 
@@ -175,7 +159,7 @@ class Store:
             final.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp_name = tempfile.mkstemp(prefix=PARTIAL_PREFIX, dir=final.parent)
         except OSError as exc:
-            raise os_error(final.parent, exc, "write to the store") from None
+            raise os_error(exc, final.parent, "write to the store") from None
         tmp = Path(tmp_name)
         h = hashlib.sha256()
         n = 0
@@ -192,7 +176,7 @@ class Store:
                     out.flush()
                     os.fsync(out.fileno())
                 except OSError as exc:
-                    raise os_error(tmp, exc, "write to the store") from None
+                    raise os_error(exc, tmp, "write to the store") from None
             if expected_size is not None and n < expected_size:
                 raise HaloError(
                     f"{label}: download cut short: got {n} of {expected_size} bytes; not kept"
@@ -206,7 +190,7 @@ class Store:
                 tmp.chmod(0o444)
                 tmp.replace(final)
             except OSError as exc:
-                raise os_error(final, exc, "write to the store") from None
+                raise os_error(exc, final, "write to the store") from None
         finally:
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)
@@ -219,7 +203,7 @@ class Store:
         try:
             fh = src.open("rb")
         except OSError as exc:
-            raise os_error(src, exc, "read") from None
+            raise os_error(exc, src, "read") from None
         with fh:
             return self.add_stream(sha256, iter(lambda: fh.read(CHUNK), b""), label, on_bytes)
 

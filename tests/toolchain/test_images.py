@@ -49,28 +49,102 @@ def test_catalog_parses_the_shipped_file() -> None:
     [
         (
             lambda s: s.replace("  cpu:\n", "  cpu:\n    colour: red\n"),
-            r"images\.cpu: unknown key 'colour'",
+            r"images\.cpu\.colour: unknown key",
         ),
         (lambda s: s.replace("base: b", "base: nope"), r"images\.cpu\.base: unknown base 'nope'"),
         (
             lambda s: s.replace("recipe: mmdebstrap", "recipe: magic"),
-            r"bases\.b\.recipe: expected one of",
+            r"bases\.b\.recipe: Input should be 'mmdebstrap', 'dockerfile' or 'registry'",
         ),
         (lambda s: s.replace("    repository: halo\n", ""), r"images\.cpu\.repository: required"),
-        (lambda s: s + "  x: [unclosed\n", r"malformed YAML"),
+        (
+            lambda s: s.replace("    dockerfile: images/training/Dockerfile\n", ""),
+            r"images\.cpu\.dockerfile: required",
+        ),
+        (lambda s: s + "  x: [unclosed\n", r"line \d+: malformed YAML"),
+        # YAML reads 0.10 as the number 0.1: a tag must be written as a string.
+        (
+            lambda s: s.replace("tag: cpu", "tag: 0.10"),
+            r"images\.cpu\.tag: expected a string, YAML read the number 0\.1: put the value in quotes",
+        ),
+        (
+            lambda s: s.replace("tag: cpu", "tag: cpu latest"),
+            r"images\.cpu\.tag: expected an OCI tag",
+        ),
+        (lambda s: s.replace("tag: cpu", 'tag: "-cpu"'), r"images\.cpu\.tag: expected an OCI tag"),
+        (
+            lambda s: s.replace("tag: cpu", f"tag: {'x' * 116}"),
+            r"images\.cpu\.tag: expected an OCI tag",
+        ),
+        (
+            lambda s: s.replace("repository: halo", "repository: hälo"),
+            r"images\.cpu\.repository: expected an OCI repository name",
+        ),
+        (
+            lambda s: s.replace("repository: halo", "repository: Halo"),
+            r"images\.cpu\.repository: expected an OCI repository name",
+        ),
+        (
+            lambda s: s.replace("tiers: [cpu]", "tiers: [cpu, gpu]"),
+            r"images\.cpu\.tiers\[1\]: unknown tier 'gpu'",
+        ),
+        (
+            lambda s: s.replace("tiers: [cpu]", "tiers: cpu"),
+            r"images\.cpu\.tiers: Input should be a valid list",
+        ),
+        (
+            lambda s: s.replace("    pins: cpu\n", "    pins: cpu\n    pins: gpu\n"),
+            r"duplicate key 'pins'",
+        ),
+        (
+            lambda s: s.replace("python: python3", "python: 3"),
+            r"bases\.b\.python: Input should be a valid string",
+        ),
+        (
+            lambda s: s.replace("    suite: bookworm\n", ""),
+            r"bases\.b\.suite: required for recipe mmdebstrap",
+        ),
+        (
+            lambda s: s.replace("images:\n  cpu:", "images: []\nimagez:\n  cpu:"),
+            r"images: Input should be a valid dictionary",
+        ),
+        (lambda s: "", r"\(top level\): Input should be a valid dictionary"),
     ],
 )
 def test_catalog_errors_name_the_key(mutate, message: str) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(HaloError, match=message):
+    with pytest.raises(HaloError, match=message) as err:
         parse_catalog(mutate(GOOD), Path("images/images.yaml"))
+    assert "\n" not in err.value.message
+
+
+def test_catalog_reports_every_problem_at_once() -> None:
+    bad = GOOD.replace("tag: cpu", "tag: 0.10").replace("tiers: [cpu]", "tiers: [gpu]")
+    bad = bad.replace("recipe: mmdebstrap", "recipe: magic")
+    with pytest.raises(HaloError) as err:
+        parse_catalog(bad, Path("images/images.yaml"))
+    line = err.value.message
+    assert line.startswith("images/images.yaml: 3 problems: "), line
+    for key in ("bases.b.recipe: ", "images.cpu.tag: ", "images.cpu.tiers[0]: "):
+        assert key in line
+
+
+def test_catalog_dockerfiles_must_exist(repo_copy: Path) -> None:
+    catalog = repo_copy / "images" / "images.yaml"
+    catalog.write_text(
+        catalog.read_text().replace("images/vllm/Dockerfile", "images/vlm/Dockerfile")
+    )
+    with pytest.raises(
+        HaloError, match=r"images\.vllm\.dockerfile: no such file images/vlm/Dockerfile"
+    ):
+        load_catalog(repo_copy)
 
 
 def test_registry_bases_must_be_pinned_by_digest() -> None:
     text = GOOD.replace(
         "recipe: mmdebstrap\n    suite: bookworm\n",
         "recipe: registry\n    from: nvidia/cuda:13.0.2-base-ubuntu24.04\n",
-    )
-    with pytest.raises(HaloError, match=r"bases\.b\.from: must be pinned by digest"):
+    ).replace("    packages: [python3]\n", "")
+    with pytest.raises(HaloError, match=r"bases\.b\.from: expected an image pinned by digest"):
         parse_catalog(text, Path("images.yaml"))
 
 
@@ -86,7 +160,9 @@ def test_malformed_catalog_is_one_line_exit_2_nothing_written(
     (repo_copy / "images" / "images.yaml").write_text("images:\n  cpu: [unclosed\n")
     proc = halo("image", "build", "cpu", cwd=repo_copy, env=isolated_env)
     assert proc.returncode == 2
-    assert _one_error_line(proc).startswith(f"halo: error: {repo_copy}/images/images.yaml: line ")
+    assert _one_error_line(proc).startswith(
+        f"halo: error: {repo_copy}/images/images.yaml: line 3: malformed YAML: "
+    )
     assert tree_listing(tmp_path / "store") == tree_listing(tmp_path / "cache") == []
 
 
