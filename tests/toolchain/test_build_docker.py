@@ -1,15 +1,28 @@
-"""Real BuildKit builds of halo:cpu (needs a Docker engine; skipped with the reason without one)."""
+"""Real BuildKit builds of halo:cpu (needs a Docker engine; skipped with the reason without one).
+
+Builds are the expensive part, so one build serves many assertions: `cpu_built` is the
+checkout's halo:cpu (a no-op when CI's build-cpu ran first), the layer test makes two warm
+builds in a copy, and the reproducibility test makes the only two builds from scratch: one in
+a second, private engine with a fresh store, one `halo image verify` on the shared engine.
+Tests name the immutable tag, never the moving one, which other checkouts move too.
+"""
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from dockerd import PrivateEngine
 from support import REPO, docker_or_skip, halo, linked_store
 
+from halo.images.base import DEFAULT_EPOCH, base_ref
+from halo.images.catalog import load_catalog
 from halo.images.docker import Docker
+from halo.images.reproducible import iso
 from halo.paths import store_root
 from halo.pins.lockfile import load_lock
 from halo.store.store import Store
@@ -22,12 +35,18 @@ def docker() -> Docker:
     return docker_or_skip()
 
 
+def _built_ref(stdout: str, repository: str = "halo") -> str:
+    """The immutable reference in `halo image build`'s result table."""
+    row = next(li for li in stdout.splitlines() if li.startswith(f"{repository}:cpu "))
+    return f"{repository}:{row.split()[1]}"
+
+
 @pytest.fixture(scope="module")
 def cpu_built(docker: Docker) -> str:
-    """halo:cpu from the real checkout: a no-op when CI's build-cpu ran first."""
+    """halo:cpu from the real checkout (a no-op when CI's build-cpu ran first); its immutable ref."""
     proc = halo("image", "build", "cpu", cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout
+    return _built_ref(proc.stdout)
 
 
 @pytest.fixture
@@ -45,6 +64,12 @@ def _touch_halo(repo: Path, text: str) -> None:
     init.write_text(init.read_text() + f"# {text}\n")
 
 
+def _run(docker: Docker, ref: str, *argv: str) -> str:
+    proc = docker.run(["--rm", "--network", "none", "--entrypoint", argv[0], ref, *argv[1:]], True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 def test_second_build_is_a_no_op(cpu_built: str) -> None:
     proc = halo("image", "build", "cpu", cwd=REPO)
     assert proc.returncode == 0
@@ -52,25 +77,51 @@ def test_second_build_is_a_no_op(cpu_built: str) -> None:
     assert "docker build" not in proc.stderr
 
 
-def test_changing_halo_rebuilds_only_the_last_layer(
+def test_a_tag_alone_does_not_make_a_no_op(cpu_built: str, test_repo: Path, docker: Docker) -> None:
+    """The input hash is recomputed and must match the image's own label in full."""
+    from halo.images.build import resolve_inputs, up_to_date
+
+    _touch_halo(test_repo, "tag test")  # inputs of its own, so cpu_built's label differs
+    catalog = load_catalog(test_repo)
+    image = catalog.image("cpu")
+    inputs = resolve_inputs(test_repo, catalog, image, docker)
+    squatter = base_ref(catalog.bases[image.base], test_repo)  # an image without that label
+    docker.tag(squatter, image.immutable_ref(inputs.hash))
+    assert up_to_date(docker, image, inputs) is None
+    docker.tag(cpu_built, image.immutable_ref(inputs.hash))  # labelled, with another hash
+    assert up_to_date(docker, image, inputs) is None
+
+
+def test_changing_halo_rebuilds_only_the_last_layer_and_ships_the_change(
     cpu_built: str, test_repo: Path, docker: Docker
 ) -> None:
+    # Same-size edits: the context's incremental sync must still send the new wheel.
     _touch_halo(test_repo, "layer test A")
     first = halo("image", "build", "cpu", cwd=test_repo)
     assert first.returncode == 0, first.stderr[-2000:]
-    before = docker.layers("halo-test:cpu")
+    a = _built_ref(first.stdout, "halo-test")
     _touch_halo(test_repo, "layer test B")
     second = halo("image", "build", "cpu", cwd=test_repo)
     assert second.returncode == 0, second.stderr[-2000:]
-    after = docker.layers("halo-test:cpu")
+    b = _built_ref(second.stdout, "halo-test")
+    before, after = docker.layers(a), docker.layers(b)
     print("layers before:", *before, sep="\n  ")
     print("layers after:", *after, sep="\n  ")
     assert len(before) == len(after) >= 3
     assert before[:-1] == after[:-1], "only halo's layer may change"
     assert before[-1] != after[-1]
+    init = "/opt/venv/lib/python3.11/site-packages/halo/__init__.py"
+    assert _run(docker, b, "tail", "-1", init).strip() == "# layer test B"
+    # halo image diff names what changed: halo's files and the build record, nothing else.
+    diff = halo("image", "diff", a, b, cwd=test_repo)
+    assert diff.returncode == 1
+    changed = [line.split(" ", 1)[1] for line in diff.stdout.splitlines()]
+    assert init in changed and "/etc/halo/build.json" in changed
+    site = "/opt/venv/lib/python3.11/site-packages/halo"
+    assert all(p.startswith((site, "/etc/halo/")) for p in changed), changed
 
 
-def test_a_flipped_byte_in_the_store_refuses_the_build_and_tags_nothing(
+def test_a_corrupt_store_entry_fails_the_build_naming_the_fix_which_then_repairs_it(
     cpu_built: str, test_repo: Path, docker: Docker, tmp_path: Path
 ) -> None:
     lock = load_lock(test_repo / "pins" / "cpu.lock")
@@ -83,59 +134,63 @@ def test_a_flipped_byte_in_the_store_refuses_the_build_and_tags_nothing(
     tampered.write_bytes(bytes(data))
 
     _touch_halo(test_repo, "tamper test")  # a new input hash: a real build, not a no-op
-    images_before = docker.refs("halo-test")
-    proc = halo("image", "build", "cpu", cwd=test_repo, env={"HALO_STORE": str(copy.root)})
+    offline = {
+        "HALO_STORE": str(copy.root),
+        "HALO_INDEX_URL": "http://127.0.0.1:9/simple/",
+        "HALO_SUBSTITUTES": "",
+        "PIP_FIND_LINKS": "",
+        "UV_FIND_LINKS": "",
+    }
+    proc = halo("image", "build", "cpu", cwd=test_repo, env=offline)
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith(
-        f"halo: error: {victim.file}: store entry corrupted: expected sha256 {victim.sha256}, got "
-    )
-    assert docker.refs("halo-test") == images_before == []
-    assert real.verify(victim.sha256, victim.file)  # the real store still holds the right bytes
+    assert last.startswith(f"halo: error: {victim.file}: store entry corrupted and not replaced ")
+    assert docker.refs("halo-test") == []
+    fix = re.search(r"run `halo ([^`]+)`", last)
+    assert fix is not None and fix.group(1) == "fetch cpu", last
+    # The command it names, with the index back, repairs the entry and says so.
+    repaired = halo(*fix.group(1).split(), cwd=test_repo, env={"HALO_STORE": str(copy.root)})
+    assert repaired.returncode == 0, repaired.stderr[-2000:]
+    assert f"repaired 1 corrupt store entry: {victim.file}" in repaired.stdout
+    assert copy.check(victim.sha256, rehash=True) is None
+    assert real.check(victim.sha256, rehash=True) is None  # the real store was never touched
 
 
-def test_image_carries_build_record_labels_and_sbom(cpu_built: str, docker: Docker) -> None:
-    run = subprocess.run(
-        [
-            docker.exe,
-            "run",
-            "--rm",
-            "--network",
-            "none",
-            "halo:cpu",
-            "python",
-            "-c",
-            "import json; b=json.load(open('/etc/halo/build.json')); s=json.load(open('/etc/halo/sbom.cdx.json'));"
-            "print(b['input_hash'], len(b['patches']), s['bomFormat'], sorted(c['name'] for c in s['components'])[:200])",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+def test_image_carries_build_record_labels_and_sbom_and_no_build_time(
+    cpu_built: str, docker: Docker
+) -> None:
+    out = _run(
+        docker,
+        cpu_built,
+        "python",
+        "-c",
+        "import json; b=json.load(open('/etc/halo/build.json')); s=json.load(open('/etc/halo/sbom.cdx.json'));"
+        "print(b['input_hash'], len(b['patches']), s['bomFormat'], sorted(c['name'] for c in s['components'])[:200])",
     )
-    assert run.returncode == 0, run.stderr
-    input_hash, n_patches, fmt, names = run.stdout.split(" ", 3)
-    assert docker.inspect("halo:cpu", '{{index .Config.Labels "io.halo.input-hash"}}') == input_hash
-    assert docker.image_id("halo:cpu") == docker.image_id(f"halo:cpu-{input_hash[:12]}")
+    input_hash, n_patches, fmt, names = out.split(" ", 3)
+    assert cpu_built.endswith(f":cpu-{input_hash[:12]}")
+    assert docker.inspect(cpu_built, '{{index .Config.Labels "io.halo.input-hash"}}') == input_hash
     assert int(n_patches) >= 3 and fmt == "CycloneDX"
     assert "'torch'" in names and "'halo-posttrain'" in names
-    find = subprocess.run(
-        [
-            docker.exe,
-            "run",
-            "--rm",
-            "--network",
-            "none",
-            "halo:cpu",
-            "find",
-            "/opt/venv",
-            "-name",
-            "__pycache__",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+    assert _run(docker, cpu_built, "find", "/opt/venv", "-name", "__pycache__") == "", (
+        "no bytecode caches are shipped"
     )
-    assert find.stdout.strip() == "", "no bytecode caches are shipped"
+    info = docker.inspect_json(cpu_built)
+    assert info["Created"].startswith(iso(DEFAULT_EPOCH).rstrip("Z")), info["Created"]
+    labels = info["Config"]["Labels"]
+    assert "org.opencontainers.image.revision" not in labels, "a commit is not an input"
+    # Every file of every layer carries SOURCE_DATE_EPOCH or older: nothing from the build's clock.
+    newer = _run(
+        docker,
+        cpu_built,
+        "find",
+        "/opt",
+        "/etc/halo",
+        "/workspace",
+        "-newermt",
+        f"@{DEFAULT_EPOCH}",
+    )
+    assert newer == ""
 
 
 def test_an_artifact_missing_from_the_store_fails_the_build_naming_it(
@@ -185,20 +240,50 @@ def test_plan_predicts_the_built_input_hash(cpu_built: str, docker: Docker) -> N
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stdout.splitlines() if x.startswith("input hash: "))
     planned = line.split()[2]
-    assert docker.inspect("halo:cpu", '{{index .Config.Labels "io.halo.input-hash"}}') == planned
+    assert docker.inspect(cpu_built, '{{index .Config.Labels "io.halo.input-hash"}}') == planned
 
 
-def test_two_builds_of_one_input_hash_ship_the_same_bytes(
-    cpu_built: str, test_repo: Path, docker: Docker
+def test_same_inputs_give_the_same_image_id_on_another_engine_and_from_scratch(
+    cpu_built: str, docker: Docker, tmp_path: Path
 ) -> None:
-    """Same inputs, same outputs: two builds from scratch, compared file by file."""
-    first = halo("image", "build", "cpu", "--force", cwd=test_repo)
-    assert first.returncode == 0, first.stderr[-2000:]
-    docker.tag("halo-test:cpu", "halo-test:first")
-    second = halo("image", "build", "cpu", "--force", cwd=test_repo)
-    assert second.returncode == 0, second.stderr[-2000:]
-    # --force rebuilds without the layer cache: pip really installs the stack a second time.
-    assert "Successfully installed" in second.stderr and "torch-2.13.0+cpu" in second.stderr
-    diff = halo("image", "diff", "halo-test:first", "halo-test:cpu", cwd=test_repo)
-    assert diff.returncode == 0, diff.stdout[-3000:]
-    assert diff.stdout.startswith("same content: ")
+    """Two more builds from scratch, each from a fresh store: one in a private engine (its own
+    data root: no layer or cache of the shared one), one `halo image verify` on the shared
+    engine. Both must give the image ID the checkout's halo:cpu has, however that was built."""
+    expected = docker.image_id(cpu_built)
+    assert expected
+    catalog = load_catalog(REPO)
+    base = base_ref(catalog.bases[catalog.image("cpu").base], REPO)
+    try:
+        engine = PrivateEngine("repro")
+    except RuntimeError as exc:
+        pytest.skip(f"needs a second Docker engine: {exc}")
+    there_env = {**os.environ, **engine.env}
+    try:
+        # The base is an input, pinned by its image ID: carried over as it is, like a pull.
+        save = subprocess.Popen([docker.exe, "save", base], stdout=subprocess.PIPE)
+        load = subprocess.run(
+            [docker.exe, "load"], stdin=save.stdout, env=there_env, capture_output=True, check=False
+        )
+        assert save.wait() == 0 and load.returncode == 0, load.stderr
+        fresh = {"HALO_STORE": str(tmp_path / "store-a"), "XDG_CACHE_HOME": str(tmp_path / "a")}
+        there = halo("image", "build", "cpu", cwd=REPO, env={**engine.env, **fresh})
+        assert there.returncode == 0, there.stderr[-3000:]
+        assert "Successfully installed" in there.stderr and "torch-" in there.stderr
+        assert _built_ref(there.stdout) == cpu_built
+        there_id = subprocess.run(
+            [docker.exe, "image", "inspect", "--format", "{{.Id}}", cpu_built],
+            env=there_env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert there_id.stdout.strip() == expected
+    finally:
+        engine.stop()
+
+    fresh = {"HALO_STORE": str(tmp_path / "store-b"), "XDG_CACHE_HOME": str(tmp_path / "b")}
+    verify = halo("image", "verify", "cpu", cwd=REPO, env=fresh)
+    assert verify.returncode == 0, verify.stdout + verify.stderr[-3000:]
+    assert "Successfully installed" in verify.stderr, "verify rebuilds from scratch"
+    row = next(li for li in verify.stdout.splitlines() if li.startswith("halo:cpu "))
+    assert row.split()[1:4] == [expected[:19], expected[:19], "same"]
