@@ -27,14 +27,13 @@ def _render(args: argparse.Namespace) -> int:
     from halo.ci.sessions import dev_pin, halo_commands, nox_sessions
     from halo.errors import HaloError
     from halo.paths import find_repo
+    from halo.schema import read_text
 
     repo = find_repo()
     path = repo / "ci" / "matrix.yaml"
     if not path.is_file():
         raise HaloError(f"{path}: CI matrix not found")
-    matrix = parse_matrix(
-        path.read_text(), path, nox_sessions(repo / "noxfile.py"), halo_commands()
-    )
+    matrix = parse_matrix(read_text(path), path, nox_sessions(repo / "noxfile.py"), halo_commands())
     text = render(matrix, dev_pin(repo / "pyproject.toml", "nox"))
     out = repo / matrix.output
     current = out.read_text() if out.is_file() else ""

@@ -12,14 +12,12 @@ import shlex
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal
 
-import yaml
+from pydantic import Field
 
-from halo.errors import HaloError
-from halo.yamlfields import Fields
+from halo.schema import Problems, Strict, load_yaml, matches
 
-WHEN = ("always", "main", "manual")
-CREDENTIALS = ("none", "aws-oidc")
 ACTIONS = ("checkout", "setup-python", "configure-aws-credentials", "amazon-ecr-login")
 
 
@@ -66,148 +64,141 @@ class Matrix:
         return Path(".github") / "workflows" / f"{self.workflow}.yml"
 
 
-def load_yaml(text: str, path: Path) -> object:
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}:" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise HaloError(f"{path}:{line} malformed YAML: {problem}") from None
+class JobSpec(Strict):
+    name: Annotated[str, Field(min_length=1)] | None = None
+    runner: Annotated[str, Field(min_length=1)]
+    steps: Annotated[list[object], Field(min_length=1)]
+    needs: list[str] = Field(default_factory=list)
+    when: Literal["always", "main", "manual"] = "always"
+    timeout: Annotated[int, Field(gt=0)] = 60  # minutes
+    apt: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    credentials: Literal["none", "aws-oidc"] = "none"
 
 
-def _str_map(raw: object, where: str) -> dict[str, str]:
-    if not isinstance(raw, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in raw.items()
-    ):
-        raise HaloError(f"{where}: expected a mapping of strings to strings, got {raw!r}")
-    return dict(raw)
+class MatrixSpec(Strict):
+    workflow: Annotated[str, matches(r"[A-Za-z0-9_-]+", "a workflow file name")]
+    name: Annotated[str, Field(min_length=1)]
+    branches: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=lambda: ["main"])
+    python: Annotated[str, Field(min_length=1)]
+    uv: Annotated[str, Field(min_length=1)]
+    actions: dict[str, Annotated[str, Field(min_length=1)]]
+    runners: Annotated[dict[str, list[Annotated[str, Field(min_length=1)]]], Field(min_length=1)]
+    env: dict[str, str] = Field(default_factory=dict)
+    jobs: Annotated[dict[str, object], Field(min_length=1)]
 
 
-def _words(text: str, where: str) -> list[str]:
+def _words(text: str, where: str, found: Problems) -> list[str]:
     try:
         words = shlex.split(text)
     except ValueError as exc:
-        raise HaloError(f"{where}: cannot split {text!r} into words ({exc})") from None
+        found.add(where, f"cannot split {text!r} into words ({exc})")
+        return []
     if not words:
-        raise HaloError(f"{where}: expected a command, got {text!r}")
+        found.add(where, f"expected a command, got {text!r}")
     return words
 
 
-def _step(raw: object, where: str, sessions: Collection[str], commands: Collection[str]) -> Step:
+class HaloStep(Strict):
+    halo: Annotated[str, Field(min_length=1)]
+
+
+def _step(
+    raw: object, where: str, sessions: Collection[str], commands: Collection[str], found: Problems
+) -> Step | None:
     if isinstance(raw, dict):
-        f = Fields(raw, where, {"halo"})
-        words = _words(f.str("halo"), f"{where}.halo")
+        spec = found.model(HaloStep, raw, where)
+        words = _words(spec.halo, f"{where}.halo", found) if spec else []
+        if not words:
+            return None
         if words[0] not in commands:
-            raise HaloError(
-                f"{where}.halo: unknown halo command '{words[0]}' (known: {', '.join(sorted(commands))})"
-            )
+            known = ", ".join(sorted(commands))
+            found.add(f"{where}.halo", f"unknown halo command '{words[0]}' (known: {known})")
+            return None
         return Step("halo", words[0], tuple(words[1:]))
     if not isinstance(raw, str) or not raw.strip():
-        raise HaloError(
-            f"{where}: expected a nox session ('NAME [POSARG...]') or {{halo: COMMAND}}, got {raw!r}"
+        found.add(
+            where, f"expected a nox session ('NAME [POSARG...]') or {{halo: COMMAND}}, got {raw!r}"
         )
-    words = _words(raw, where)
+        return None
+    words = _words(raw, where, found)
+    if not words:
+        return None
     if words[0] not in sessions:
-        raise HaloError(
-            f"{where}: unknown nox session '{words[0]}' (noxfile.py has: {', '.join(sorted(sessions))})"
-        )
+        known = ", ".join(sorted(sessions))
+        found.add(where, f"unknown nox session '{words[0]}' (noxfile.py has: {known})")
+        return None
     return Step("nox", words[0], tuple(words[1:]))
 
 
 def _job(
     job_id: str,
     raw: object,
-    where: str,
-    runners: dict[str, tuple[str, ...]],
+    runners: dict[str, list[str]],
     sessions: Collection[str],
     commands: Collection[str],
-) -> Job:
-    f = Fields(
-        raw,
-        where,
-        {"name", "runner", "steps", "needs", "when", "timeout", "apt", "credentials"},
-    )
-    runner = f.str("runner")
-    if runner not in runners:
-        raise HaloError(
-            f"{where}.runner: unknown runner '{runner}' (known: {', '.join(sorted(runners))})"
-        )
-    raw_steps = f.data.get("steps")
-    if not isinstance(raw_steps, list) or not raw_steps:
-        raise HaloError(f"{where}.steps: expected a non-empty list of steps")
-    when = f.str("when", "always")
-    if when not in WHEN:
-        raise HaloError(f"{where}.when: expected one of {', '.join(WHEN)}, got {when!r}")
-    credentials = f.str("credentials", "none")
-    if credentials not in CREDENTIALS:
-        raise HaloError(
-            f"{where}.credentials: expected one of {', '.join(CREDENTIALS)}, got {credentials!r}"
-        )
-    timeout = f.data.get("timeout", 60)
-    if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0:
-        raise HaloError(f"{where}.timeout: expected minutes as a positive integer, got {timeout!r}")
+    found: Problems,
+) -> Job | None:
+    where = f"jobs.{job_id}"
+    spec = found.model(JobSpec, raw, where)
+    if spec is None:
+        return None
+    if spec.runner not in runners:
+        known = ", ".join(sorted(runners))
+        found.add(f"{where}.runner", f"unknown runner '{spec.runner}' (known: {known})")
+    steps = [
+        _step(s, f"{where}.steps[{i}]", sessions, commands, found) for i, s in enumerate(spec.steps)
+    ]
     return Job(
         id=job_id,
-        name=f.str("name", job_id),
-        runner=runner,
-        steps=tuple(
-            _step(s, f"{where}.steps[{i}]", sessions, commands) for i, s in enumerate(raw_steps)
-        ),
-        needs=f.strs("needs"),
-        when=when,
-        timeout=timeout,
-        apt=f.strs("apt"),
-        credentials=credentials,
+        name=spec.name or job_id,
+        runner=spec.runner,
+        steps=tuple(s for s in steps if s is not None),
+        needs=tuple(spec.needs),
+        when=spec.when,
+        timeout=spec.timeout,
+        apt=tuple(spec.apt),
+        credentials=spec.credentials,
     )
 
 
 def parse_matrix(
     text: str, path: Path, sessions: Collection[str], commands: Collection[str]
 ) -> Matrix:
-    """Validate ``text``; ``sessions`` are the noxfile's, ``commands`` halo's sub-commands."""
-    top = Fields(
-        load_yaml(text, path),
-        str(path),
-        {"workflow", "name", "branches", "python", "uv", "actions", "runners", "env", "jobs"},
-    )
-    actions = _str_map(top.data.get("actions"), f"{path}: actions")
-    missing = [a for a in ACTIONS if a not in actions]
-    unknown = sorted(set(actions) - set(ACTIONS))
+    """Validate ``text``; ``sessions`` are the noxfile's, ``commands`` halo's sub-commands.
+
+    Read through halo.schema: strict YAML (a duplicate key is an error) and every problem of
+    the file reported at once, by key path.
+    """
+    found = Problems(str(path))
+    top = found.model(MatrixSpec, load_yaml(text, str(path)))
+    if top is None:
+        found.check()
+    assert top is not None
+    missing = [a for a in ACTIONS if a not in top.actions]
+    unknown = sorted(set(top.actions) - set(ACTIONS))
     if missing or unknown:
-        raise HaloError(
-            f"{path}: actions: expected exactly {', '.join(ACTIONS)} "
-            f"({'missing ' + missing[0] if missing else 'unknown ' + unknown[0]})"
+        found.add(
+            "actions",
+            f"expected exactly {', '.join(ACTIONS)} "
+            f"({'missing ' + missing[0] if missing else 'unknown ' + unknown[0]})",
         )
-    raw_runners = top.data.get("runners")
-    if not isinstance(raw_runners, dict) or not raw_runners:
-        raise HaloError(f"{path}: runners: expected a mapping of runner names to label lists")
-    runners = {
-        name: Fields({"labels": labels}, f"{path}: runners.{name}", {"labels"}).strs("labels")
-        for name, labels in raw_runners.items()
-    }
-    raw_jobs = top.data.get("jobs")
-    if not isinstance(raw_jobs, dict) or not raw_jobs:
-        raise HaloError(f"{path}: jobs: expected a non-empty mapping of job ids")
-    jobs = tuple(
-        _job(str(jid), raw, f"{path}: jobs.{jid}", runners, sessions, commands)
-        for jid, raw in raw_jobs.items()
-    )
-    ids = [j.id for j in jobs]
+    jobs = [
+        _job(str(jid), raw, top.runners, sessions, commands, found) for jid, raw in top.jobs.items()
+    ]
+    ids = [str(jid) for jid in top.jobs]
     for job in jobs:
-        for need in job.needs:
+        for need in job.needs if job else ():
             if need not in ids or ids.index(need) >= ids.index(job.id):
-                raise HaloError(
-                    f"{path}: jobs.{job.id}.needs: '{need}' is not a job listed before it"
-                )
+                found.add(f"jobs.{job.id}.needs", f"'{need}' is not a job listed before it")
+    found.check()
     return Matrix(
-        workflow=top.str("workflow"),
-        name=top.str("name"),
-        branches=top.strs("branches") or ("main",),
-        python=top.str("python"),
-        uv=top.str("uv"),
-        actions=actions,
-        runners=runners,
-        env=_str_map(top.data.get("env", {}), f"{path}: env"),
-        jobs=jobs,
+        workflow=top.workflow,
+        name=top.name,
+        branches=tuple(top.branches),
+        python=top.python,
+        uv=top.uv,
+        actions=dict(top.actions),
+        runners={k: tuple(v) for k, v in top.runners.items()},
+        env=dict(top.env),
+        jobs=tuple(j for j in jobs if j is not None),
     )
