@@ -33,11 +33,16 @@ def sha256_json(obj: Any) -> str:
 IGNORED_PARTS = frozenset({"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache"})
 
 
-def tree_files(root: Path, suffixes: tuple[str, ...] = ()) -> list[Path]:
-    """Files under ``root`` in a stable order, skipping caches and bytecode."""
+def tree_files(
+    root: Path, suffixes: tuple[str, ...] = (), exclude: tuple[str, ...] = ()
+) -> list[Path]:
+    """Files under ``root`` in a stable order, skipping caches, bytecode and the folders
+    ``exclude`` names (relative, ending in "/")."""
     out = []
     for path in root.rglob("*"):
         if not path.is_file() or IGNORED_PARTS.intersection(path.relative_to(root).parts):
+            continue
+        if exclude and path.relative_to(root).as_posix().startswith(exclude):
             continue
         if path.suffix in {".pyc", ".pyo"}:
             continue
@@ -47,10 +52,10 @@ def tree_files(root: Path, suffixes: tuple[str, ...] = ()) -> list[Path]:
     return sorted(out, key=lambda p: p.relative_to(root).as_posix())
 
 
-def sha256_tree(root: Path, suffixes: tuple[str, ...] = ()) -> str:
+def sha256_tree(root: Path, suffixes: tuple[str, ...] = (), exclude: tuple[str, ...] = ()) -> str:
     """Hash of relative paths and contents; independent of mtimes and of the checkout's location."""
     h = hashlib.sha256()
-    for path in tree_files(root, suffixes):
+    for path in tree_files(root, suffixes, exclude):
         rel = path.relative_to(root).as_posix().encode()
         h.update(len(rel).to_bytes(4, "big") + rel)
         h.update(bytes.fromhex(sha256_file(path)))

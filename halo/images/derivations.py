@@ -9,6 +9,7 @@ A derivation whose record exists in the store, with its wheel, is not built agai
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -17,15 +18,17 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 from halo.atomic import staged_dir, write_text
 from halo.errors import HaloError
-from halo.hashing import sha256_file, sha256_json
+from halo.hashing import sha256_file, sha256_json, sha256_tree
 from halo.images.catalog import Base, Catalog, Image
 from halo.images.docker import Docker
 from halo.pins.lockfile import Artifact, Lock
 from halo.pins.source_pins import SourcePin
 from halo.report import Progress, say
+from halo.schema import Sha256Hex, Strict, matches, read_text, validate
 from halo.store.store import Store
 
 DOCKERFILE = Path("images/builder/Dockerfile")
@@ -98,13 +101,35 @@ def _record_path(store: Store, drv_hash: str) -> Path:
     return store.root / "derivations" / f"{drv_hash}.json"
 
 
+class DerivationRecord(Strict):
+    """derivations/<hash>.json in the store: which wheel a derivation's inputs made."""
+
+    wheel: Annotated[str, matches(r"[A-Za-z0-9_.+-]+\.whl", "a wheel file name")]
+    sha256: Sha256Hex
+    inputs: dict[str, object]
+
+
 def cached(store: Store, drv_hash: str) -> tuple[str, str] | None:
-    """(wheel file name, sha256) of a realised derivation whose wheel is still in the store."""
+    """(wheel file name, sha256) of a realised derivation whose wheel is in the store, verified.
+
+    Checked on every use: a record that does not parse, or a wheel that no longer hashes to
+    what the record says (its stamp spares the hash while the file is untouched), counts as
+    not built, so the derivation is built again and both are replaced.
+    """
     record = _record_path(store, drv_hash)
     if not record.is_file():
         return None
-    data = json.loads(record.read_text())
-    return (data["wheel"], data["sha256"]) if store.has(data["sha256"]) else None
+    try:
+        data = validate(DerivationRecord, json.loads(read_text(record)), str(record))
+    except (HaloError, ValueError) as exc:
+        say(f"derivation {drv_hash[:12]}: record unusable ({exc}); building again")
+        return None
+    if not store.has(data.sha256):
+        return None
+    if store.check(data.sha256) is not None:
+        say(f"derivation {drv_hash[:12]}: {data.wheel} in the store is corrupted; building again")
+        return None
+    return data.wheel, data.sha256
 
 
 def realise(drv: Derivation, repo: Path, store: Store, docker: Docker, workdir: Path) -> Realised:
@@ -207,12 +232,36 @@ def requirements_from(
     return tuple(out)
 
 
+def tree_problem(pin: SourcePin, tree: Path) -> str | None:
+    """Why a stored source tree is not what its pin says, or None: hashed again on every use.
+
+    The pin's hash covers the repository's files outside its submodules; each submodule's
+    covers its own folder (or the subfolder the build uses).
+    """
+    subs = tuple(m.path.strip("/") + "/" for m in pin.submodules)
+    got = sha256_tree(tree, exclude=subs)
+    if got != pin.content_sha256:
+        return f"{pin.name}: content hash {got}, pin says {pin.content_sha256}"
+    for m in pin.submodules:
+        folder = tree / m.path / m.subdirectory if m.subdirectory else tree / m.path
+        got = sha256_tree(folder) if folder.is_dir() else "missing"
+        if got != m.content_sha256:
+            return f"{pin.name}/{m.path}: content hash {got}, pin says {m.content_sha256}"
+    return None
+
+
 def source_tree(pin: SourcePin, store: Store, workdir: Path) -> Path:
-    """The pinned source with its submodules, unpacked and verified by content hash (fetch phase)."""
+    """The pinned source with its submodules, unpacked and verified by content hash (fetch phase).
+
+    A stored tree is verified again before each use; one that changed is fetched again.
+    """
     key = sha256_json([pin.content_sha256, *(m.content_sha256 for m in pin.submodules)])
     final = store.root / "sources" / key
     if final.is_dir():
-        return final
+        problem = tree_problem(pin, final)
+        if problem is None:
+            return final
+        say(f"source {problem}: the stored tree changed; fetching it again")
     with staged_dir(final) as tree:
         _unpack_verified(
             pin.repository, pin.commit, pin.content_sha256, "", tree, pin.name, workdir
@@ -309,15 +358,9 @@ def build_sources(
     work = cache_home() / "work"
     out = []
     for name in image.sources:
-        drv = derivation_for(
-            pins[name],
-            image,
-            builder,
-            state.ref,
-            state.image_id,
-            lock,
-            source_tree(pins[name], store, work),
-        )
+        drv = derivation_for(pins[name], image, builder, state.ref, state.image_id, lock, Path())
+        if cached(store, derivation_hash(drv, repo)) is None:  # the source is needed to build
+            drv = dataclasses.replace(drv, source=source_tree(pins[name], store, work))
         realised = realise(drv, repo, store, docker, work)
         out.append((realised.wheel, realised.sha256))
     return out
