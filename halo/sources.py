@@ -41,6 +41,8 @@ def index_urls(env: dict[str, str] | None = None) -> list[str]:
 
 def _pip_config_files(env: dict[str, str]) -> list[Path]:
     """pip's configuration files, in pip's own order of precedence (lowest first)."""
+    if env.get("PIP_CONFIG_FILE") == os.devnull:
+        return []  # pip's own rule: PIP_CONFIG_FILE=/dev/null turns every config file off
     xdg_dirs = env.get("XDG_CONFIG_DIRS", "/etc/xdg").split(os.pathsep)
     home = Path(env.get("HOME", str(Path.home())))
     files = [Path(d) / "pip" / "pip.conf" for d in xdg_dirs] + [Path("/etc/pip.conf")]

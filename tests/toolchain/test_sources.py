@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from halo.sources import index_urls, substitute_dirs
@@ -22,6 +23,16 @@ def test_substitutes_from_env_and_pip_config_in_order(tmp_path: Path) -> None:
         tmp_path, HALO_SUBSTITUTES=str(a), PIP_FIND_LINKS=f"file://{b} https://remote/ignored"
     )
     assert substitute_dirs(env) == [a, b, c]
+
+
+def test_pip_config_file_devnull_turns_pip_config_off_as_in_pip(tmp_path: Path) -> None:
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    conf = tmp_path / "home" / ".config" / "pip" / "pip.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text(f"[global]\nfind-links = {folder}\n")
+    assert substitute_dirs(_env(tmp_path)) == [folder]
+    assert substitute_dirs(_env(tmp_path, PIP_CONFIG_FILE=os.devnull)) == []
 
 
 def test_missing_folders_and_remote_links_are_not_substitutes(tmp_path: Path) -> None:
