@@ -14,20 +14,31 @@ file (and key path), never a traceback.
 - `Problems`: the same, for a file checked in parts (each entry on its own, then what ties
   entries together), so one bad entry does not hide the problems of the others.
 - Field types shared by the input files: `Name`, `OciRepository`, `OciTag`, `Sha256Hex`,
-  `RelativePath`, and `Strict`, the model base (unknown keys forbidden, no coercion).
+  `RelativePath`, `matches(pattern, what)`, and `Strict`, the model base (unknown keys
+  forbidden, no coercion). They live in halo.schema_types and are imported from here on first
+  use: pydantic costs a few hundred ms to import, which a no-op build does not pay.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import tomllib
-from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, TypeVar
-
-import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pathlib import Path
+from typing import Any, TypeVar
 
 from halo.errors import HaloError
+
+_TYPES = ("Strict", "matches", "Name", "OciRepository", "OciTag", "Sha256Hex", "RelativePath")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TYPES:
+        from halo import schema_types
+
+        return getattr(schema_types, name)
+    raise AttributeError(f"module 'halo.schema' has no attribute {name!r}")
+
 
 M = TypeVar("M")
 
@@ -57,44 +68,50 @@ def read_text(path: Path) -> str:
     return decode(read_bytes(path), str(path))
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys and reads 1e-5 as a float."""
+@functools.cache
+def _strict_loader() -> type:
+    """A SafeLoader (libyaml's when PyYAML has it) that refuses duplicate keys and reads 1e-5
+    as a float. Made on first use: yaml is not imported by commands that read no YAML."""
+    import yaml
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                hash(key)
-            except TypeError:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"unhashable key {key!r}", key_node.start_mark
-                ) from None
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None,
-                    None,
-                    f"duplicate key {key!r} (first at line {seen[key] + 1})",
-                    key_node.start_mark,
-                )
-            seen[key] = key_node.start_mark.line
-        return super().construct_mapping(node, deep=deep)
+    class StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    hash(key)
+                except TypeError:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"unhashable key {key!r}", key_node.start_mark
+                    ) from None
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"duplicate key {key!r} (first at line {seen[key] + 1})",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line
+            return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
 
-
-_StrictLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _StrictLoader.construct_mapping
-)
-_StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)$"),
-    list("-+0123456789"),
-)
+    StrictLoader.add_constructor(
+        yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, StrictLoader.construct_mapping
+    )
+    StrictLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)$"),
+        list("-+0123456789"),
+    )
+    return StrictLoader
 
 
 def load_yaml(text: str, origin: str) -> Any:
     """Strict YAML (no duplicate keys); a syntax error is one line naming where it is."""
+    import yaml
+
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+        return yaml.load(text, Loader=_strict_loader())  # a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}:" if mark is not None else ""
@@ -152,6 +169,8 @@ def _summary(origin: str, found: list[str]) -> HaloError:
 
 def validate(model: type[M], data: Any, origin: str) -> M:
     """``data`` as ``model`` (a pydantic BaseModel), or one HaloError listing every problem."""
+    from pydantic import ValidationError
+
     try:
         return model.model_validate(data)  # type: ignore[attr-defined,no-any-return]
     except ValidationError as exc:
@@ -167,6 +186,8 @@ class Problems:
 
     def model(self, model: type[M], data: Any, where: str = "") -> M | None:
         """``data`` as ``model``; on failure its problems are kept (prefixed by ``where``)."""
+        from pydantic import ValidationError
+
         try:
             return model.model_validate(data)  # type: ignore[attr-defined,no-any-return]
         except ValidationError as exc:
@@ -183,58 +204,3 @@ class Problems:
     def check(self) -> None:
         if self.found:
             raise _summary(self.origin, self.found)
-
-
-class Strict(BaseModel):
-    """Input file models: unknown keys are errors, and a value is never coerced into a type
-    (YAML's `tag: 0.10` is the float 0.1, not the string "0.10")."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=False)
-
-
-def matches(pattern: str, what: str) -> AfterValidator:
-    compiled = re.compile(pattern)
-
-    def check(value: str) -> str:
-        if not compiled.fullmatch(value):
-            raise ValueError(f"expected {what}, got {value!r}")
-        return value
-
-    return AfterValidator(check)
-
-
-def _quoted_hint(value: Any) -> Any:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        raise ValueError(
-            f"expected a string, YAML read the number {value!r}: put the value in quotes"
-        )
-    return value
-
-
-# A name of a set, image, base or source: what file names and references are made of.
-Name = Annotated[str, matches(r"[a-z0-9][a-z0-9_.-]*", "a lowercase ASCII name")]
-# OCI distribution spec: repository path components and tags. A tag leaves room for the
-# immutable tag's "-<12 hex>" suffix (128 characters in all).
-OciRepository = Annotated[
-    str,
-    matches(
-        r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*",
-        "an OCI repository name (lowercase ASCII letters, digits, separators . _ - /)",
-    ),
-]
-OciTag = Annotated[
-    str,
-    BeforeValidator(_quoted_hint),
-    matches(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,114}", "an OCI tag ([A-Za-z0-9_.-], at most 115)"),
-]
-Sha256Hex = Annotated[str, matches(r"[0-9a-f]{64}", "64 lowercase hex digits")]
-
-
-def _relative(value: str) -> str:
-    path = PurePosixPath(value)
-    if not value or path.is_absolute() or ".." in path.parts or "\\" in value:
-        raise ValueError(f"expected a path inside the repository, got {value!r}")
-    return value
-
-
-RelativePath = Annotated[str, AfterValidator(_relative)]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import os
 import subprocess
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,6 @@ from halo.errors import HaloError
 from halo.hashing import sha256_bytes, sha256_file, sha256_json
 from halo.images.catalog import Base
 from halo.images.docker import Docker
-from halo.images.reproducible import canonical, docker_archive, iso
 from halo.report import say
 
 # Timestamps inside made bases (file mtimes via mmdebstrap, the image's `created`).
@@ -62,6 +60,8 @@ MOUNT_POINTS = ("dev/", "etc/hostname", "etc/hosts", "etc/resolv.conf")
 
 def mount_points_tar(out: Path, epoch: int) -> None:
     """A tiny layer holding MOUNT_POINTS: an empty folder and empty files, at ``epoch``."""
+    import tarfile
+
     with tarfile.open(out, "w", format=tarfile.USTAR_FORMAT) as tar:
         for name in MOUNT_POINTS:
             info = tarfile.TarInfo(name.rstrip("/"))
@@ -80,6 +80,8 @@ def base_archive(rootfs_tar: Path, out: Path, epoch: int, created_by: str) -> st
     Two layers: the rootfs, then the mount points. Returns the image ID, which Docker derives
     from exactly these config bytes, so it is known before loading.
     """
+    from halo.images.reproducible import canonical, docker_archive, iso
+
     points = out.with_name("mount-points.tar")
     mount_points_tar(points, epoch)
     layers = [

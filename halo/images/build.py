@@ -17,22 +17,23 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from halo import __version__
 from halo.errors import HaloError, os_error
 from halo.images.base import base_ref, base_state, make_base, recipe_hash, source_date_epoch
 from halo.images.catalog import Catalog, Image
-from halo.images.context import stage_context
 from halo.images.docker import Docker
 from halo.images.inputs import Inputs, image_inputs
-from halo.images.reproducible import docker_archive, layer_history, normalized_config
 from halo.paths import cache_home
 from halo.pins.lockfile import Lock, load_lock
 from halo.report import human_bytes, say, table
-from halo.sources import index_urls, substitute_dirs
-from halo.store.fetch import fetch_lock, summary
-from halo.store.index import IndexClient
-from halo.store.store import Store
+
+if TYPE_CHECKING:
+    from halo.store.store import Store
+
+# The fetch and build phases import what they need when they run: a no-op build (the common
+# case, budgeted well under a second) pays only for computing the input hash and one lookup.
 
 LABEL_PREFIX = "org.opencontainers.image"
 INPUT_LABEL = "io.halo.input-hash"
@@ -159,6 +160,10 @@ def fetch_phase(
     repo: Path, catalog: Catalog, image: Image, store: Store, docker: Docker
 ) -> tuple[Lock, list[tuple[Path, str]]]:
     """Everything that may use the network: the base, the lock's artifacts, the derivations."""
+    from halo.sources import index_urls, substitute_dirs
+    from halo.store.fetch import fetch_lock, summary
+    from halo.store.index import IndexClient
+
     work = cache_home() / "work"
     make_base(catalog.bases[image.base], repo, docker, work)
     if image.builder:
@@ -180,6 +185,8 @@ def raw_build(
     no_cache: bool,
 ) -> str:
     """Stage the context and run the offline build; returns BuildKit's (untagged) image ID."""
+    from halo.images.context import stage_context
+
     immutable = image.immutable_ref(inputs.hash)
     build_inputs = {
         "image": image.name,
@@ -226,6 +233,8 @@ class Normalized:
 
 
 def normalize_image(docker: Docker, raw_id: str, dockerfile: Path, base: str) -> Normalized:
+    from halo.images.reproducible import layer_history, normalized_config
+
     info = docker.inspect_json(raw_id)
     layers = list(info["RootFS"]["Layers"])
     history = layer_history(dockerfile.read_text(), len(layers), f"base {base}")
@@ -235,6 +244,8 @@ def normalize_image(docker: Docker, raw_id: str, dockerfile: Path, base: str) ->
 
 def load_normalized(docker: Docker, norm: Normalized, tags: list[str]) -> None:
     """Load the normalised config under ``tags`` (layers are reused) and drop the raw image."""
+    from halo.images.reproducible import docker_archive
+
     with tempfile.TemporaryDirectory(prefix="halo-config-") as tmp:
         archive = Path(tmp) / "image.tar"
         docker_archive(
@@ -257,13 +268,13 @@ def build_image(
     docker = Docker.discover()
     # a missing or broken lock fails before anything else
     load_lock(repo / "pins" / f"{image.pins}.lock")
-    docker.ping()
     inputs = resolve_inputs(repo, catalog, image, docker)
     existing = None if force else up_to_date(docker, image, inputs)
     if existing:
         if docker.image_id(image.moving_ref) != existing:
             docker.tag(image.immutable_ref(inputs.hash), image.moving_ref)
         return Built(image, inputs, existing, rebuilt=False, seconds=time.monotonic() - start)
+    docker.ping()  # not on the no-op path: the lookups above would have failed already
     if time.time() < source_date_epoch():
         raise HaloError(
             f"SOURCE_DATE_EPOCH={source_date_epoch()} is in the future of this machine's clock; "
@@ -326,7 +337,7 @@ def build_derivations(
 def report(built: list[Built], docker: Docker) -> str:
     rows = []
     for b in built:
-        size = docker.inspect(b.image_id, "{{.Size}}")
+        size = str((docker.find(b.image_id) or {}).get("Size", "?"))
         rows.append(
             (
                 b.image.moving_ref,

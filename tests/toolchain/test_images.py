@@ -6,7 +6,7 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from support import halo, tree_listing
+from support import halo, outputs_in_cache, tree_listing
 
 from halo.errors import HaloError
 from halo.images.base import BaseState
@@ -163,7 +163,7 @@ def test_malformed_catalog_is_one_line_exit_2_nothing_written(
     assert _one_error_line(proc).startswith(
         f"halo: error: {repo_copy}/images/images.yaml: line 3: malformed YAML: "
     )
-    assert tree_listing(tmp_path / "store") == tree_listing(tmp_path / "cache") == []
+    assert tree_listing(tmp_path / "store") == outputs_in_cache(tmp_path / "cache") == []
 
 
 def test_unknown_image_is_one_line_exit_2(
@@ -175,7 +175,7 @@ def test_unknown_image_is_one_line_exit_2(
         "unknown image 'gpu9000' (known: blackwell, cpu, hopper, sglang, vllm)"
         in _one_error_line(proc)
     )
-    assert tree_listing(tmp_path / "cache") == []
+    assert outputs_in_cache(tmp_path / "cache") == []
 
 
 def test_missing_lock_is_one_line_exit_2(
@@ -189,7 +189,7 @@ def test_missing_lock_is_one_line_exit_2(
             _one_error_line(proc)
             == f"halo: error: {repo_copy}/pins/cpu.lock: lock not found; run `halo pins lock cpu`"
         )
-    assert tree_listing(tmp_path / "store") == tree_listing(tmp_path / "cache") == []
+    assert tree_listing(tmp_path / "store") == outputs_in_cache(tmp_path / "cache") == []
 
 
 def _inputs(repo: Path, name: str = "cpu"):  # type: ignore[no-untyped-def]
@@ -286,3 +286,24 @@ def test_manifest_diff_names_added_removed_and_changed_files() -> None:
         "+ /opt/venv/c",
     ]
     assert diff_manifests(left, dict(left)) == []
+
+
+def test_a_remembered_catalog_is_checked_again_when_it_or_its_dockerfiles_change(
+    repo_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first = load_catalog(repo_copy)
+    (memo,) = (tmp_path / "cache" / "halo" / "validated").glob("catalog-*.json")
+    assert load_catalog(repo_copy) == first
+    dockerfile = repo_copy / "images" / "vllm" / "Dockerfile"
+    text = dockerfile.read_text()
+    dockerfile.unlink()
+    with pytest.raises(HaloError, match=r"images\.vllm\.dockerfile: no such file"):
+        load_catalog(repo_copy)
+    dockerfile.write_text(text)
+    memo.write_text("{not json")
+    assert load_catalog(repo_copy) == first, "a broken memo is only a miss"
+    catalog = repo_copy / "images" / "images.yaml"
+    catalog.write_text(catalog.read_text().replace('tag: "0.26.0"', "tag: 0.26"))
+    with pytest.raises(HaloError, match=r"images\.vllm\.tag: expected a string"):
+        load_catalog(repo_copy)
