@@ -44,13 +44,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def one_line(message: str) -> str:
+    """An error as the one line the CLI promises, whatever shape its message came in (a list
+    of problems, a tool's multi-line stderr)."""
+    out = ""
+    for line in (x.strip() for x in message.splitlines()):
+        if line:
+            out += line if not out else (" " if out.endswith(":") else "; ") + line
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except HaloError as exc:
-        print(f"halo: error: {exc.message}", file=sys.stderr)
+        print(f"halo: error: {one_line(exc.message)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("halo: interrupted", file=sys.stderr)
@@ -62,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # should be, a file that cannot be read. Modules name their paths where they can; this
         # is the net for the ones that do not, so none of these reaches a user as a traceback.
         error = os_error(exc)
-        print(f"halo: error: {error.message}", file=sys.stderr)
+        print(f"halo: error: {one_line(error.message)}", file=sys.stderr)
         return error.exit_code
     except UnicodeDecodeError as exc:
         # The same net for a text file read without halo.schema.read_text (which names it).

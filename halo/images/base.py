@@ -143,6 +143,7 @@ def make_base(base: Base, repo: Path, docker: Docker, workdir: Path) -> BaseStat
     if state.image_id:
         say(f"base {base.name}: present ({state.ref}, {state.image_id[:19]})")
         return state
+    docker.ping()  # "not here" must not be an engine that does not answer
     if base.recipe == "registry":
         raise HaloError(
             f"base {base.name}: {base.from_ref} is not on this machine; `docker pull` it first"

@@ -164,10 +164,11 @@ class Store:
         h = hashlib.sha256()
         n = 0
         try:
-            with os.fdopen(fd, "wb") as out:
-                # The lock tells `halo store gc` this partial is alive; it dies with the process.
-                fcntl.flock(out.fileno(), fcntl.LOCK_EX)
-                try:
+            try:
+                # (closing flushes too, and can fail on a full disk: inside the try)
+                with os.fdopen(fd, "wb") as out:
+                    # The lock tells `halo store gc` this partial is alive; it dies with its writer.
+                    fcntl.flock(out.fileno(), fcntl.LOCK_EX)
                     for chunk in chunks:
                         h.update(chunk)
                         out.write(chunk)
@@ -175,8 +176,8 @@ class Store:
                         on_bytes(len(chunk))
                     out.flush()
                     os.fsync(out.fileno())
-                except OSError as exc:
-                    raise os_error(exc, tmp, "write to the store") from None
+            except OSError as exc:
+                raise os_error(exc, tmp, "write to the store") from None
             if expected_size is not None and n < expected_size:
                 raise HaloError(
                     f"{label}: download cut short: got {n} of {expected_size} bytes; not kept"
