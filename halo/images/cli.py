@@ -160,18 +160,24 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _push(args: argparse.Namespace) -> int:
+    from halo.images.build import verify_inputs_for_push
     from halo.images.catalog import load_catalog
     from halo.images.docker import Docker
     from halo.images.publish import push_image, registry_from
-    from halo.paths import find_repo
+    from halo.paths import find_repo, store_root
     from halo.report import table
+    from halo.store.store import Store
 
-    catalog = load_catalog(find_repo())
+    repo = find_repo()
+    catalog = load_catalog(repo)
     images = _selected(catalog, args.names, args.all)
     registry = registry_from(args.registry)
     docker = Docker.discover()
     rows = []
     for image in images:
+        # What leaves the machine: the input hash recomputed from the files (the image's label
+        # must say the same), and every stored artifact hashed again, stamps not trusted.
+        verify_inputs_for_push(repo, catalog, image, Store(store_root()), docker)
         p = push_image(image, registry, docker)
         state = "already there" if p.immutable_was_there else "pushed"
         rows.append((p.immutable, state, p.moving, p.config_digest[:19]))
