@@ -13,7 +13,7 @@ lint: ## ruff check + format check
 	$(NOX) -s lint
 fmt: ## apply ruff fixes and formatting
 	$(NOX) -s fmt
-lock: ## re-resolve pin sets into pins/*.lock (SET=cpu for one)
+lock: ## re-resolve pin sets into pins/pylock.*.toml (SET=cpu for one)
 	$(NOX) -s lock -- $(SET)
 lock-check: ## fail on drift between inputs and locks
 	$(NOX) -s lock-check -- $(SET)

@@ -14,6 +14,7 @@ nox.options.sessions = ["lint", "pins-check", "test-toolchain"]
 
 PYTHON = "3.11"
 IMAGES = ("cpu", "blackwell", "hopper", "vllm", "sglang")
+STACK_SETS = ("blackwell", "hopper", "vllm", "sglang")
 
 
 def _halo(session: nox.Session) -> None:
@@ -51,7 +52,7 @@ def fmt(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lock(session: nox.Session) -> None:
-    """Re-resolve pin sets into pins/<set>.lock (all sets, or those named after --)."""
+    """Re-resolve pin sets into pins/pylock.<set>.toml (all sets, or those named after --)."""
     _halo(session)
     session.run("halo", "pins", "lock", *session.posargs)
 
@@ -133,6 +134,21 @@ for _tier_name, _image in (
     _tier(_tier_name, _image)
 
 
+@nox.session(name="stack-check", python=PYTHON)
+def stack_check(session: nox.Session) -> None:
+    """Install GPU locks as their images do and prove them, no GPU (-- SET... [halo stack verify options]).
+
+    Default: every GPU set, the CPU tier natively on blackwell. The wheels come from the store
+    (fetched here first); the venvs live under $HALO_STACK_VENVS or <scratch>/stacks.
+    """
+    _halo(session)
+    args = list(session.posargs) or [*STACK_SETS, "--cpu-tier", "blackwell"]
+    first_option = next((i for i, a in enumerate(args) if a.startswith("-")), len(args))
+    sets = args[:first_option] or list(STACK_SETS)
+    session.run("halo", "fetch", *sets)
+    session.run("halo", "stack", "verify", *sets, *args[first_option:])
+
+
 @nox.session(python=PYTHON)
 def patches(session: nox.Session) -> None:
     """Verify the patches against an image's environment (default halo:cpu) or -- --site DIR."""
@@ -175,6 +191,9 @@ def ci(session: nox.Session) -> None:
     session.notify("build-cpu")
     session.notify("test-toolchain")
     session.notify("test-cpu")
+    # The GPU stacks installed as their images install them, proven without a GPU, one venv at
+    # a time (about 6 GB each, removed once checked); the CPU tier also runs on blackwell's.
+    session.notify("stack-check", [*STACK_SETS, "--cpu-tier", "blackwell", "--clean"])
     session.notify("patches")
     session.notify("plan")
     session.notify("bench")

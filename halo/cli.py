@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "halo.images.cli",
     "halo.patching.cli",
     "halo.testing.cli",
+    "halo.stack.cli",
     "halo.ci.cli",
     "halo.train.cli",
 )

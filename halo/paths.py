@@ -51,7 +51,9 @@ class Layout:
         return self.repo / "halo"
 
     def lock(self, set_name: str) -> Path:
-        return self.pins / f"{set_name}.lock"
+        from halo.pins.lockfile import lock_path
+
+        return lock_path(self.pins, set_name)
 
 
 def store_root() -> Path:

@@ -148,11 +148,7 @@ def problems(exc: Exception) -> list[str]:
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
-        elif err["type"] == "missing":
-            msg = "required"
-        elif err["type"] == "value_error":
-            msg = msg.removeprefix("Value error, ")  # our own messages name the value already
-        elif "input" in err:
+        elif "input" in err and err["type"] not in ("missing",):
             value = err["input"]
             shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
             msg = f"{msg}, got {shown[:80]}"

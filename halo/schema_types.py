@@ -24,7 +24,7 @@ def matches(pattern: str, what: str) -> AfterValidator:
 
     def check(value: str) -> str:
         if not compiled.fullmatch(value):
-            raise ValueError(f"expected {what}, got {value!r}")
+            raise ValueError(f"expected {what}")
         return value
 
     return AfterValidator(check)
@@ -32,9 +32,7 @@ def matches(pattern: str, what: str) -> AfterValidator:
 
 def _quoted_hint(value: Any) -> Any:
     if isinstance(value, int | float) and not isinstance(value, bool):
-        raise ValueError(
-            f"expected a string, YAML read the number {value!r}: put the value in quotes"
-        )
+        raise ValueError("expected a string, YAML read a number: put the value in quotes")
     return value
 
 
@@ -60,7 +58,7 @@ Sha256Hex = Annotated[str, matches(r"[0-9a-f]{64}", "64 lowercase hex digits")]
 def _relative(value: str) -> str:
     path = PurePosixPath(value)
     if not value or path.is_absolute() or ".." in path.parts or "\\" in value:
-        raise ValueError(f"expected a path inside the repository, got {value!r}")
+        raise ValueError("expected a path inside the repository")
     return value
 
 

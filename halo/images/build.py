@@ -26,7 +26,7 @@ from halo.images.catalog import Catalog, Image
 from halo.images.docker import Docker
 from halo.images.inputs import Inputs, image_inputs
 from halo.paths import cache_home
-from halo.pins.lockfile import Lock, load_lock
+from halo.pins.lockfile import Lock, load_lock, lock_path
 from halo.report import human_bytes, say, table
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ def verify_inputs_for_push(
     """Before a push: the input hash recomputed, and every stored artifact hashed again
     (stamps are not trusted for what leaves the machine)."""
     inputs, image_id = current_image(repo, catalog, image, docker)
-    lock = load_lock(repo / "pins" / f"{image.pins}.lock")
+    lock = load_lock(lock_path(repo / "pins", image.pins))
     for art in lock.artifacts:
         store.verify(art.sha256, art.file, fix=f"halo fetch {lock.set}", rehash=True)
     return inputs, image_id
@@ -168,7 +168,7 @@ def fetch_phase(
     make_base(catalog.bases[image.base], repo, docker, work)
     if image.builder:
         make_base(catalog.bases[image.builder], repo, docker, work)
-    lock = load_lock(repo / "pins" / f"{image.pins}.lock")
+    lock = load_lock(lock_path(repo / "pins", image.pins))
     print(summary(lock.set, fetch_lock(lock, store, IndexClient(index_urls()), substitute_dirs())))
     return lock, build_derivations(repo, catalog, image, store, docker)
 
@@ -267,7 +267,7 @@ def build_image(
     start = time.monotonic()
     docker = Docker.discover()
     # a missing or broken lock fails before anything else
-    load_lock(repo / "pins" / f"{image.pins}.lock")
+    load_lock(lock_path(repo / "pins", image.pins))
     inputs = resolve_inputs(repo, catalog, image, docker)
     existing = None if force else up_to_date(docker, image, inputs)
     if existing:

@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from halo import __version__
@@ -82,6 +82,8 @@ class Catalog:
     path: Path
     bases: dict[str, Base]
     images: dict[str, Image]
+    # Where `remember` keeps this catalog once a command that read it has succeeded.
+    memo: Path | None = field(default=None, compare=False)
 
     def image(self, name: str) -> Image:
         if name not in self.images:
@@ -121,21 +123,31 @@ def _from_cache(path: Path, cached: Path) -> Catalog | None:
 
 
 def load_catalog(repo: Path) -> Catalog:
+    """The catalog, from the memo when its bytes and the validating code are unchanged (and
+    its Dockerfiles still exist), else validated in full."""
     from halo.paths import cache_home
 
     path = repo / "images" / "images.yaml"
     data = read_bytes(path)
-    cached = cache_home() / "validated" / f"catalog-{_cache_key(data)}.json"
-    catalog = _from_cache(path, cached)
-    named = [] if catalog is None else [i.dockerfile for i in catalog.images.values()]
-    named += (
-        [] if catalog is None else [b.dockerfile for b in catalog.bases.values() if b.dockerfile]
-    )
-    if catalog is not None and all((repo / rel).is_file() for rel in named):
-        return catalog
+    memo = cache_home() / "validated" / f"catalog-{_cache_key(data)}.json"
+    catalog = _from_cache(path, memo)
+    if catalog is not None:
+        named = [i.dockerfile for i in catalog.images.values()]
+        named += [b.dockerfile for b in catalog.bases.values() if b.dockerfile]
+        if all((repo / rel).is_file() for rel in named):
+            return catalog
     from halo.schema import decode
 
-    catalog = parse_catalog(decode(data, str(path)), path, repo)
+    return dataclasses.replace(parse_catalog(decode(data, str(path)), path, repo), memo=memo)
+
+
+def remember(catalog: Catalog) -> None:
+    """Keep a catalog that was validated in full, for the next command to skip the check.
+
+    Called once a build succeeded, so a command that fails on bad input writes nothing.
+    """
+    if catalog.memo is None:
+        return
     record = {
         "bases": {n: dataclasses.asdict(b) for n, b in catalog.bases.items()},
         "images": {n: dataclasses.asdict(i) for n, i in catalog.images.items()},
@@ -143,5 +155,4 @@ def load_catalog(repo: Path) -> Catalog:
     with contextlib.suppress(OSError):  # a read-only or full cache only costs speed
         from halo.atomic import write_text
 
-        write_text(cached, json.dumps(record, sort_keys=True))
-    return catalog
+        write_text(catalog.memo, json.dumps(record, sort_keys=True))

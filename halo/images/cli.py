@@ -80,7 +80,7 @@ def _selected(catalog, names: list[str], all_: bool) -> list:  # type: ignore[no
 
 def _build(args: argparse.Namespace) -> int:
     from halo.images.build import build_image, report
-    from halo.images.catalog import load_catalog
+    from halo.images.catalog import load_catalog, remember
     from halo.images.docker import Docker
     from halo.paths import find_repo, store_root
     from halo.store.store import Store
@@ -98,6 +98,7 @@ def _build(args: argparse.Namespace) -> int:
             )
         built.append(result)
     print(report(built, Docker.discover()))
+    remember(catalog)
     return 0
 
 

@@ -3,6 +3,8 @@
 tools/     halo-normalize, the last command of every RUN step (reproducible layers)
 wheels/    the lock's artifacts, hard-linked from the store after verifying their sha256,
            plus requirements.txt (name==version --hash=...) and _pip.whl to install them
+install/   the install step that installs them (halo.stack.stage; `halo stack verify` runs
+           the same one)
 kernels/   wheels of source derivations (may be empty) and their requirements.txt
 halo/      halo's own wheel and build-inputs.json
 patches/   the patch modules, applied strictly in the image
@@ -26,22 +28,13 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from halo.errors import HaloError
 from halo.hashing import tree_files
 from halo.images.selfwheel import build_wheel
-from halo.pins.lockfile import Lock, normalize
+from halo.pins.lockfile import Lock
 from halo.store.store import Store
 
-PIP_NAME = "pip"
 NORMALIZE_SCRIPT = Path(__file__).with_name("normalize.sh")
-
-
-def requirements(lock: Lock) -> str:
-    lines = []
-    for pkg in sorted(lock.packages, key=lambda p: normalize(p.name)):
-        hashes = " ".join(f"--hash=sha256:{a.sha256}" for a in pkg.artifacts)
-        lines.append(f"{pkg.name}=={pkg.version} {hashes}")
-    return "\n".join(lines) + "\n"
+SMALL = 1 << 20  # files compared byte by byte; bigger ones are store links, compared by inode
 
 
 class ContextSync:
@@ -72,6 +65,24 @@ class ContextSync:
             os.link(src, dest)
         except OSError:
             shutil.copyfile(src, dest)  # another filesystem: a copy, made again each build
+        self.changed.append(rel)
+
+    def adopt(self, rel: str, src: Path) -> None:
+        """The file ``src`` (staged elsewhere on this filesystem) at ``rel``, unless it is there."""
+        dest = self._dest(rel)
+        try:
+            if src.samefile(dest):
+                return
+            st = dest.stat()
+            if st.st_size == src.stat().st_size <= SMALL and dest.read_bytes() == src.read_bytes():
+                return
+        except OSError:
+            pass
+        _remove(dest)
+        try:
+            os.link(src, dest)
+        except OSError:
+            shutil.copy2(src, dest)
         self.changed.append(rel)
 
     def write(self, rel: str, data: bytes, mode: int = 0o644) -> None:
@@ -130,23 +141,22 @@ def stage_context(
 ) -> list[str]:
     """Bring ``ctx`` up to date; returns the paths that changed. Nothing is touched until every
     artifact has verified."""
-    pip = lock.package(PIP_NAME)
-    if pip is None or not any(a.is_wheel for a in pip.artifacts):
-        raise HaloError(
-            f"pins/{lock.set}.lock: no pip wheel; the image installs the lock offline with pip, add `pip` to the set's requirements"
-        )
-    for art in lock.artifacts:
-        store.verify(art.sha256, art.file, fix=fix)
+    from halo.stack.stage import stage
+
     for wheel, sha in kernel_wheels:
         store.verify(sha, wheel.name, fix=fix)
-
+    # The lock's wheels and the install step, staged exactly as `halo stack verify` stages them
+    # (it verifies every artifact first), next to the context, then brought in file by file.
+    staging = ctx.with_name(f".{ctx.name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
     sync = ContextSync(ctx)
+    try:
+        stage(staging, lock, store, repo / "patches")
+        for path in sorted(p for p in staging.rglob("*") if p.is_file()):
+            sync.adopt(path.relative_to(staging).as_posix(), path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     sync.write("tools/halo-normalize", NORMALIZE_SCRIPT.read_bytes(), mode=0o755)
-    for art in lock.artifacts:
-        sync.link(f"wheels/{art.file}", store, art.sha256)
-    pip_wheel = next(a for a in pip.artifacts if a.is_wheel)
-    sync.link("wheels/_pip.whl", store, pip_wheel.sha256)
-    sync.write("wheels/requirements.txt", requirements(lock).encode())
 
     sync.folder("kernels")
     kernel_lines = []

@@ -346,7 +346,7 @@ def build_sources(
     """Realise every source pin of an image; returns (wheel, sha256) for the kernels layer."""
     from halo.images.base import base_state
     from halo.paths import cache_home
-    from halo.pins.lockfile import load_lock
+    from halo.pins.lockfile import load_lock, lock_path
     from halo.pins.source_pins import load_source_pins
 
     pins = {p.name: p for p in load_source_pins(repo / "pins")}
@@ -354,7 +354,7 @@ def build_sources(
     state = base_state(builder, repo, docker)
     if not state.image_id:
         raise HaloError(f"base {builder.name}: not made; run `halo image base {image.name}`")
-    lock = load_lock(repo / "pins" / f"{image.pins}.lock")
+    lock = load_lock(lock_path(repo / "pins", image.pins))
     work = cache_home() / "work"
     out = []
     for name in image.sources:

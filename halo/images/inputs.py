@@ -11,6 +11,7 @@ from halo.errors import HaloError
 from halo.hashing import sha256_file, sha256_json, sha256_tree
 from halo.images.base import BaseState
 from halo.images.catalog import Image
+from halo.pins.lockfile import lock_path
 
 
 def base_identity(state: BaseState, recipe: str) -> str:
@@ -54,7 +55,7 @@ def image_inputs(
     builder_recipe: str | None,
     build_args: dict[str, str],
 ) -> Inputs:
-    lock = repo / "pins" / f"{image.pins}.lock"
+    lock = lock_path(repo / "pins", image.pins)
     if not lock.is_file():
         raise HaloError(f"{lock}: lock not found; run `halo pins lock {image.pins}`")
     parts: dict[str, object] = {

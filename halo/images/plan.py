@@ -16,7 +16,7 @@ from halo.images.build import build_args, labels, resolve_inputs
 from halo.images.catalog import Catalog, Image
 from halo.images.docker import Builder, Docker, build_argv
 from halo.images.inputs import base_identity
-from halo.pins.lockfile import Artifact, Lock, load_lock
+from halo.pins.lockfile import Artifact, Lock, load_lock, lock_name, lock_path
 from halo.report import human_bytes, table
 from halo.store.store import Store
 
@@ -97,7 +97,7 @@ def render_plan(
     repo: Path, catalog: Catalog, image: Image, store: Store, docker: Docker | None
 ) -> str:
     inputs = resolve_inputs(repo, catalog, image, docker)
-    lock = load_lock(repo / "pins" / f"{image.pins}.lock")
+    lock = load_lock(lock_path(repo / "pins", image.pins))
     base = catalog.bases[image.base]
     arts = artifact_plans(lock, store)
     lines = [f"plan {image.name}: {image.moving_ref} + {image.immutable_ref(inputs.hash)}"]
@@ -138,7 +138,7 @@ def render_plan(
 
     have = sum(a.in_store for a in arts)
     lines.append(
-        f"\nartifacts: {len(arts)} from pins/{image.pins}.lock, {have} in the store ({store.root})"
+        f"\nartifacts: {len(arts)} from pins/{lock_name(image.pins)}, {have} in the store ({store.root})"
     )
     lines.append(
         table(

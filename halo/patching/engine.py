@@ -76,6 +76,7 @@ def plan_patch(patch: Patch, site: Path) -> Plan:
     if not in_range:
         detail = f"{patch.distribution} {version} is outside the patched range {patch.versions}"
         return Plan(_result(patch, version, State.NOT_INSTALLED, detail))
+    patch = patch.at_version(version)
 
     contents: dict[str, bytes] = {}
     for rel in patch.files:

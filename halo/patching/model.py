@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+# Stands for the installed version in a patch's file names, snippets and markers: metadata
+# lives in `<name>-<version>.dist-info/`, and a requirement line names the version too.
+VERSION = "{version}"
 
 
 class State(enum.StrEnum):
@@ -68,6 +72,26 @@ class Patch:
     @property
     def files(self) -> list[str]:
         return sorted({e.file for e in self.edits})
+
+    def at_version(self, version: str) -> Patch:
+        """This patch with ``{version}`` replaced by the installed version (in markers: escaped)."""
+
+        def text(s: str) -> str:
+            return s.replace(VERSION, version)
+
+        return replace(
+            self,
+            edits=tuple(
+                replace(e, file=text(e.file), defect=text(e.defect), fix=text(e.fix))
+                for e in self.edits
+            ),
+            fixed_upstream=tuple(
+                replace(
+                    m, file=text(m.file), pattern=m.pattern.replace(VERSION, re.escape(version))
+                )
+                for m in self.fixed_upstream
+            ),
+        )
 
 
 @dataclass(frozen=True)

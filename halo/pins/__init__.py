@@ -1,1 +1,1 @@
-"""Pin sets: inputs in pins/<set>.toml, resolved into pins/<set>.lock."""
+"""Pin sets: inputs in pins/sets.toml, resolved into PEP 751 locks, pins/pylock.<set>.toml."""

@@ -14,7 +14,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pins = subparsers.add_parser("pins", help="lock the pin sets and check their invariants")
     sub = pins.add_subparsers(dest="pins_command", metavar="ACTION", required=True)
 
-    lock = sub.add_parser("lock", help="resolve sets into pins/SET.lock (default: all)")
+    lock = sub.add_parser("lock", help="resolve sets into pins/pylock.SET.toml (default: all)")
     lock.add_argument("sets", nargs="*", metavar="SET")
     lock.add_argument(
         "--check",
@@ -51,6 +51,7 @@ def _pins_dir() -> Path:
 
 
 def _lock(args: argparse.Namespace) -> int:
+    from halo.pins.lockfile import lock_name
     from halo.pins.locking import check_locks, write_locks
     from halo.pins.resolve import UvResolver
 
@@ -68,7 +69,7 @@ def _lock(args: argparse.Namespace) -> int:
             return 1
         return 0
     for name, changed in write_locks(pins_dir, args.sets, UvResolver()).items():
-        print(f"pins/{name}.lock: {'written' if changed else 'unchanged'}")
+        print(f"pins/{lock_name(name)}: {'written' if changed else 'unchanged'}")
     return 0
 
 
@@ -98,13 +99,16 @@ def _diff(args: argparse.Namespace) -> int:
 
 def _why(args: argparse.Namespace) -> int:
     from halo.errors import HaloError
+    from halo.pins.lockfile import lock_name
     from halo.pins.locking import load_locks
     from halo.pins.query import why
 
     (lock,) = load_locks(_pins_dir(), [args.set])
     chains = why(lock, args.package)
     if not chains:
-        raise HaloError(f"pins/{lock.set}.lock: no package '{args.package}' in set '{lock.set}'")
+        raise HaloError(
+            f"pins/{lock_name(lock.set)}: no package '{args.package}' in set '{lock.set}'"
+        )
     for chain in chains:
         print(" <- ".join(chain))
     return 0

@@ -12,19 +12,24 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from halo.pins.lockfile import SHA256_RE, Lock, normalize
+from halo.pins.lockfile import SHA256_RE, Lock, Package, normalize
 from halo.pins.source_pins import SourcePin
 
 if TYPE_CHECKING:
     from halo.pins.locking import PinState
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-# A CUDA 12 (or older) library: `-cu12` in the name, or a `+cu12x` local version label.
-OLD_CUDA_NAME_RE = re.compile(r"(^|[-_])cu1[0-2]($|[-_])")
-OLD_CUDA_LOCAL_RE = re.compile(r"\+cu1[0-2]\d*")
+DEP_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# A CUDA 12 (or older) build, as a token of a name, file name or version: `nvidia-…-cu12`,
+# `cupy-cuda12x`, a `+cu126` local version label, `…_cu12-4.8.1-….whl`.
+OLD_CUDA_RE = re.compile(r"(^|[-_.+])(cu|cuda)1[0-2]\d*x?($|[-_.+])", re.IGNORECASE)
+# Packages whose major version is the CUDA major they are built for.
+CUDA_VERSIONED = frozenset({"cuda-toolkit", "cuda-bindings", "cuda-python"})
 TORCH = "torch"
 NCCL = "nvidia-nccl-cu13"
 NUMPY = "numpy"
+FA2 = "flash-attn"
+GPU_SETS = frozenset({"blackwell", "hopper", "vllm", "sglang"})
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,7 @@ class Violation:
 class Policy:
     training: frozenset[str] = frozenset({"blackwell", "hopper"})
     # Sets whose NCCL must equal the training sets': the trainer broadcasts weights to them.
-    nccl_peers: frozenset[str] = frozenset({"sglang", "vllm-cpu"})
+    nccl_peers: frozenset[str] = frozenset({"sglang", "vllm", "vllm-cpu"})
     numpy_below_2: frozenset[str] = frozenset({"blackwell", "hopper", "cpu"})
     # package -> the only sets it may be in, and the sets it must be in.
     only_in: Mapping[str, frozenset[str]] = field(
@@ -54,6 +59,8 @@ class Policy:
     required_in: Mapping[str, frozenset[str]] = field(
         default_factory=lambda: {
             TORCH: frozenset({"blackwell", "hopper"}),
+            NCCL: GPU_SETS,
+            FA2: frozenset({"blackwell", "hopper"}),
             "flash-attn-4": frozenset({"blackwell"}),
             "flash-attn-3": frozenset({"hopper"}),
             "deep-ep": frozenset({"blackwell", "hopper"}),
@@ -94,15 +101,32 @@ class Pins:
 Rule = Callable[[Pins, Policy], Iterable[Violation]]
 
 
+def _old_cuda(pkg: Package) -> str | None:
+    """What marks ``pkg`` as a CUDA 12 (or older) build, or None."""
+    if OLD_CUDA_RE.search(pkg.name):
+        return f"{pkg.version} is a CUDA 12 build"
+    if OLD_CUDA_RE.search(pkg.version):
+        return f"its version {pkg.version} is a CUDA 12 build"
+    if normalize(pkg.name) in CUDA_VERSIONED and pkg.version.split(".")[0] in {"10", "11", "12"}:
+        return f"{pkg.version} is for CUDA {pkg.version.split('.')[0]}"
+    for art in pkg.artifacts:
+        if OLD_CUDA_RE.search(art.file):
+            return f"file {art.file} is a CUDA 12 build"
+    for dep in pkg.dependencies:
+        if OLD_CUDA_RE.search(_dep_name(dep)):
+            return f"it depends on {_dep_name(dep)}, a CUDA 12 build"
+    return None
+
+
 def cuda13_only(pins: Pins, policy: Policy) -> Iterable[Violation]:
     for name, lock in pins.locks.items():
         for pkg in lock.packages:
-            if OLD_CUDA_NAME_RE.search(pkg.name) or OLD_CUDA_LOCAL_RE.search(pkg.version):
+            if (what := _old_cuda(pkg)) is not None:
                 yield Violation(
                     name,
                     pkg.name,
                     "cuda13-only",
-                    f"{pkg.version} is a CUDA 12 build in a CUDA 13 stack; take the cu13 variant "
+                    f"{what} in a CUDA 13 stack; take the cu13 variant "
                     "(an extra, or `exclude` in pins/sets.toml)",
                 )
 
@@ -164,13 +188,12 @@ def nccl_matches_training(pins: Pins, policy: Policy) -> Iterable[Violation]:
     (want,) = training
     for name in sorted(policy.nccl_peers & pins.locks.keys()):
         got = pins.version(name, NCCL)
-        if got != want:
+        if got is not None and got != want:  # a missing NCCL is required-in's line
             yield Violation(
                 name,
                 NCCL,
                 "nccl-matches-training",
-                f"{got or 'missing'} here, {want} in the training sets; pin it in "
-                "pins/constraints/cuda13.txt",
+                f"{got} here, {want} in the training sets; pin it in pins/constraints/cuda13.txt",
             )
 
 
@@ -180,10 +203,57 @@ def hash_pinned(pins: Pins, policy: Policy) -> Iterable[Violation]:
             if not pkg.artifacts:
                 yield Violation(name, pkg.name, "hash-pinned", "no artifact; re-lock the set")
             for art in pkg.artifacts:
-                if not SHA256_RE.match(art.sha256):
+                # fullmatch: `$` alone would let a trailing newline through.
+                if not SHA256_RE.fullmatch(art.sha256):
                     yield Violation(
                         name, pkg.name, "hash-pinned", f"{art.file}: sha256 is not 64 hex digits"
                     )
+
+
+def _dep_name(spec: str) -> str:
+    """The normalized project name of a requirement string (`a[x]>=1; marker` -> `a`)."""
+    match = DEP_NAME_RE.match(spec)
+    return normalize(match.group(0)) if match else normalize(spec)
+
+
+def closure(pins: Pins, policy: Policy) -> Iterable[Violation]:
+    """A lock is exactly what its requirements reach: nothing missing, nothing extra.
+
+    The lock's own `excluded` list (pins/sets.toml `exclude`) is the only exception: those
+    names may be declared and must then be absent.
+    """
+    for name, lock in sorted(pins.locks.items()):
+        roots = lock.extra.get("requirements")
+        if not isinstance(roots, list):
+            yield Violation(name, "-", "closure", "the lock names no requirements; re-lock it")
+            continue
+        excluded = {normalize(str(x)) for x in lock.extra.get("excluded", []) or []}  # type: ignore[union-attr]
+        by_key = {normalize(p.name): p for p in lock.packages}
+        reached: set[str] = set()
+        todo = [("requirements", _dep_name(str(r))) for r in roots]
+        while todo:
+            parent, key = todo.pop()
+            if key in excluded:
+                continue
+            pkg = by_key.get(key)
+            if pkg is None:
+                yield Violation(
+                    name, key, "closure", f"required by {parent} but not locked; re-lock the set"
+                )
+                continue
+            if key in reached:
+                continue
+            reached.add(key)
+            todo += [(pkg.name, _dep_name(d)) for d in pkg.dependencies]
+        for key in sorted(by_key.keys() - reached - excluded):
+            yield Violation(
+                name,
+                by_key[key].name,
+                "closure",
+                "locked but not reachable from the set's requirements; re-lock the set",
+            )
+        for key in sorted(excluded & by_key.keys()):
+            yield Violation(name, by_key[key].name, "closure", "excluded by the set but locked")
 
 
 def prerelease_allowed(pins: Pins, policy: Policy) -> Iterable[Violation]:
@@ -259,6 +329,7 @@ RULES: tuple[Rule, ...] = (
     one_nccl,
     nccl_matches_training,
     hash_pinned,
+    closure,
     prerelease_allowed,
     source_pinned,
     source_not_from_index,

@@ -1,4 +1,4 @@
-"""Lock, re-check and load pin sets: the glue between inputs, the resolver and pins/*.lock."""
+"""Lock, re-check and load pin sets: the glue between inputs, the resolver and pins/pylock.*.toml."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from halo.errors import HaloError
 from halo.pins.inputs import PinInputs, SetInputs, load_inputs
-from halo.pins.lockfile import Lock, load_lock, parse_lock, render_lock
+from halo.pins.lockfile import Lock, load_lock, lock_name, lock_path, parse_lock, render_lock
 from halo.pins.resolve import Resolver, build_lock, file_size, lock_header
 from halo.pins.source_pins import SourcePin, load_source_pins
 
@@ -23,10 +22,6 @@ class PinState:
     sources: tuple[SourcePin, ...]
 
 
-def lock_path(pins_dir: Path, name: str) -> Path:
-    return pins_dir / f"{name}.lock"
-
-
 def load_locks(pins_dir: Path, names: list[str]) -> list[Lock]:
     inputs = load_inputs(pins_dir)
     return [load_lock(lock_path(pins_dir, s.name)) for s in inputs.select(names)]
@@ -35,18 +30,13 @@ def load_locks(pins_dir: Path, names: list[str]) -> list[Lock]:
 def load_all(pins_dir: Path) -> PinState:
     inputs = load_inputs(pins_dir)
     locks = {name: load_lock(lock_path(pins_dir, name)) for name in inputs.sets}
-    for name, lock in locks.items():
-        if lock.set != name:
-            raise HaloError(
-                f"{lock_path(pins_dir, name)}: key 'set' must be '{name}', got '{lock.set}'"
-            )
     return PinState(inputs=inputs, locks=locks, sources=load_source_pins(pins_dir))
 
 
 def render(inputs: SetInputs, pins_dir: Path, resolver: Resolver) -> str:
     lock = build_lock(inputs, resolver.resolve(inputs, pins_dir), file_size)
     text = render_lock(lock, lock_header(inputs))
-    parse_lock(text, f"{inputs.name}.lock (as rendered)")  # never write what we cannot read
+    parse_lock(text, f"{lock_name(inputs.name)} (as rendered)")  # never write what we cannot read
     return text
 
 
@@ -87,8 +77,8 @@ def check_locks(pins_dir: Path, names: list[str], resolver: Resolver) -> dict[st
                 difflib.unified_diff(
                     old.splitlines(keepends=True),
                     text.splitlines(keepends=True),
-                    fromfile=f"pins/{name}.lock (committed)",
-                    tofile=f"pins/{name}.lock (re-locked)",
+                    fromfile=f"pins/{lock_name(name)} (committed)",
+                    tofile=f"pins/{lock_name(name)} (re-locked)",
                 )
             )
     return drift

@@ -185,6 +185,8 @@ def _artifact(entry: dict, local_size: Callable[[str], int | None]) -> Artifact:
     if size is None and isinstance(entry.get("url"), str) and entry["url"].startswith("file:"):
         # Files from substitute folders come without a size; the folder has it.
         size = local_size(unquote(urlparse(entry["url"]).path))
+    if not isinstance(size, int):
+        raise HaloError(f"uv output: {_filename(entry)} has no size")
     return Artifact(file=_filename(entry), sha256=sha, size=size)
 
 

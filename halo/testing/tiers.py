@@ -120,6 +120,16 @@ def read_junit(path: Path) -> Counts | None:
     )
 
 
+def _torch_here() -> str:
+    """Which torch a native run tests (a CPU build, or a GPU stack's torch on the CPU)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"torch=={version('torch')}"
+    except PackageNotFoundError:
+        return "no-torch"
+
+
 def run_tier(t: Tier, image_ref: str | None, scratch: Path, extra: list[str]) -> int:
     """Run a tier in ``image_ref`` (or natively when None); print pytest's output and a summary."""
     check_server(t)
@@ -131,7 +141,7 @@ def run_tier(t: Tier, image_ref: str | None, scratch: Path, extra: list[str]) ->
         rc = subprocess.run(
             [sys.executable, *pytest_argv(t, str(junit_host), extra)], check=False
         ).returncode
-        where = "native"
+        where = f"native:{_torch_here()}"
     else:
         env = {t.server_env: server_url(t)} if t.server_env else {}
         spec = RunSpec(

@@ -39,10 +39,10 @@ def test_nccl_is_the_locked_version() -> None:
     if not BUILD_RECORD.is_file():
         pytest.skip("needs an image's /etc/halo/build.json to know its pin set (running natively)")
     from halo.images.catalog import load_catalog
-    from halo.pins.lockfile import load_lock
+    from halo.pins.lockfile import load_lock, lock_path
 
     image = json.loads(BUILD_RECORD.read_text())["image"]
-    lock = load_lock(REPO / "pins" / f"{load_catalog(REPO).image(image).pins}.lock")
+    lock = load_lock(lock_path(REPO / "pins", load_catalog(REPO).image(image).pins))
     pinned = lock.package("nvidia-nccl-cu13")
     assert pinned is not None
     major, minor, patch = _torch().cuda.nccl.version()

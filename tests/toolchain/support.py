@@ -35,12 +35,6 @@ def tree_listing(root: Path) -> list[str]:
     return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) if root.exists() else []
 
 
-def outputs_in_cache(cache: Path) -> list[str]:
-    """What a command wrote under XDG_CACHE_HOME, less the memo of a catalog that validated
-    (halo.images.catalog: a cache of a check, not an output of the command)."""
-    return [p for p in tree_listing(cache) if p != "halo" and not p.startswith("halo/validated")]
-
-
 class LocalIndex:
     """A real PEP 691 JSON index over HTTP on 127.0.0.1, serving files from a folder."""
 

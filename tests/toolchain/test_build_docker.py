@@ -143,7 +143,7 @@ def test_changing_halo_rebuilds_only_the_last_layer_and_ships_the_change(
 def test_a_corrupt_store_entry_fails_the_build_naming_the_fix_which_then_repairs_it(
     cpu_built: str, test_repo: Path, docker: Docker, tmp_path: Path
 ) -> None:
-    lock = load_lock(test_repo / "pins" / "cpu.lock")
+    lock = load_lock(test_repo / "pins" / "pylock.cpu.toml")
     victim = lock.package("execnet").artifacts[0]  # type: ignore[union-attr]
     real, copy = Store(store_root()), linked_store(tmp_path / "store", lock.artifacts)
     tampered = copy.path(victim.sha256)
@@ -215,7 +215,7 @@ def test_image_carries_build_record_labels_and_sbom_and_no_build_time(
 def test_an_artifact_missing_from_the_store_fails_the_build_naming_it(
     cpu_built: str, test_repo: Path, docker: Docker, tmp_path: Path
 ) -> None:
-    lock = load_lock(test_repo / "pins" / "cpu.lock")
+    lock = load_lock(test_repo / "pins" / "pylock.cpu.toml")
     missing = lock.package("iniconfig").artifacts[0]  # type: ignore[union-attr]
     copy = linked_store(tmp_path / "store", [a for a in lock.artifacts if a != missing])
     _touch_halo(test_repo, "missing artifact test")

@@ -34,7 +34,7 @@ def test_build_jobs_fit_memory_not_just_cores() -> None:
 
 
 def _demo(builder_ref: str, builder_id: str, greeting: str = "hi") -> Derivation:
-    lock = load_lock(REPO / "pins" / "cpu.lock")
+    lock = load_lock(REPO / "pins" / "pylock.cpu.toml")
     return Derivation(
         name="demo-ext",
         source=DEMO,

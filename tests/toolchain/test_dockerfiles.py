@@ -128,7 +128,7 @@ def test_server_dockerfile_keeps_the_build_context_contract(server: str) -> None
     # Nothing in the context outside the contract, nothing fetched; no COPY (it would stamp
     # the build's time on folders: halo/images/reproducible.py).
     mounts = set(re.findall(r"--mount=type=bind,source=([\w-]+)", text))
-    assert mounts <= {"tools", "wheels", "kernels", "image", "patches", "halo"}, mounts
+    assert mounts <= {"tools", "wheels", "install", "kernels", "image", "patches", "halo"}, mounts
     assert not [line for line in text.splitlines() if line.startswith(("COPY ", "ADD "))]
     code = "\n".join(li for li in text.splitlines() if not li.lstrip().startswith("#"))
     assert "curl" not in code and "wget" not in code and "apt-get" not in code

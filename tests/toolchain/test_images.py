@@ -6,7 +6,7 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from support import halo, outputs_in_cache, tree_listing
+from support import halo, tree_listing
 
 from halo.errors import HaloError
 from halo.images.base import BaseState
@@ -56,33 +56,39 @@ def test_catalog_parses_the_shipped_file() -> None:
             lambda s: s.replace("recipe: mmdebstrap", "recipe: magic"),
             r"bases\.b\.recipe: Input should be 'mmdebstrap', 'dockerfile' or 'registry'",
         ),
-        (lambda s: s.replace("    repository: halo\n", ""), r"images\.cpu\.repository: required"),
+        (
+            lambda s: s.replace("    repository: halo\n", ""),
+            r"images\.cpu\.repository: Field required",
+        ),
         (
             lambda s: s.replace("    dockerfile: images/training/Dockerfile\n", ""),
-            r"images\.cpu\.dockerfile: required",
+            r"images\.cpu\.dockerfile: Field required",
         ),
         (lambda s: s + "  x: [unclosed\n", r"line \d+: malformed YAML"),
         # YAML reads 0.10 as the number 0.1: a tag must be written as a string.
         (
             lambda s: s.replace("tag: cpu", "tag: 0.10"),
-            r"images\.cpu\.tag: expected a string, YAML read the number 0\.1: put the value in quotes",
+            r"images\.cpu\.tag: Value error, expected a string, YAML read a number: put the value in quotes, got 0\.1",
         ),
         (
             lambda s: s.replace("tag: cpu", "tag: cpu latest"),
-            r"images\.cpu\.tag: expected an OCI tag",
+            r"images\.cpu\.tag: Value error, expected an OCI tag",
         ),
-        (lambda s: s.replace("tag: cpu", 'tag: "-cpu"'), r"images\.cpu\.tag: expected an OCI tag"),
+        (
+            lambda s: s.replace("tag: cpu", 'tag: "-cpu"'),
+            r"images\.cpu\.tag: Value error, expected an OCI tag",
+        ),
         (
             lambda s: s.replace("tag: cpu", f"tag: {'x' * 116}"),
-            r"images\.cpu\.tag: expected an OCI tag",
+            r"images\.cpu\.tag: Value error, expected an OCI tag",
         ),
         (
             lambda s: s.replace("repository: halo", "repository: hälo"),
-            r"images\.cpu\.repository: expected an OCI repository name",
+            r"images\.cpu\.repository: Value error, expected an OCI repository name",
         ),
         (
             lambda s: s.replace("repository: halo", "repository: Halo"),
-            r"images\.cpu\.repository: expected an OCI repository name",
+            r"images\.cpu\.repository: Value error, expected an OCI repository name",
         ),
         (
             lambda s: s.replace("tiers: [cpu]", "tiers: [cpu, gpu]"),
@@ -144,7 +150,9 @@ def test_registry_bases_must_be_pinned_by_digest() -> None:
         "recipe: mmdebstrap\n    suite: bookworm\n",
         "recipe: registry\n    from: nvidia/cuda:13.0.2-base-ubuntu24.04\n",
     ).replace("    packages: [python3]\n", "")
-    with pytest.raises(HaloError, match=r"bases\.b\.from: expected an image pinned by digest"):
+    with pytest.raises(
+        HaloError, match=r"bases\.b\.from: Value error, expected an image pinned by digest"
+    ):
         parse_catalog(text, Path("images.yaml"))
 
 
@@ -163,7 +171,7 @@ def test_malformed_catalog_is_one_line_exit_2_nothing_written(
     assert _one_error_line(proc).startswith(
         f"halo: error: {repo_copy}/images/images.yaml: line 3: malformed YAML: "
     )
-    assert tree_listing(tmp_path / "store") == outputs_in_cache(tmp_path / "cache") == []
+    assert tree_listing(tmp_path / "store") == tree_listing(tmp_path / "cache") == []
 
 
 def test_unknown_image_is_one_line_exit_2(
@@ -175,21 +183,21 @@ def test_unknown_image_is_one_line_exit_2(
         "unknown image 'gpu9000' (known: blackwell, cpu, hopper, sglang, vllm)"
         in _one_error_line(proc)
     )
-    assert outputs_in_cache(tmp_path / "cache") == []
+    assert tree_listing(tmp_path / "cache") == []
 
 
 def test_missing_lock_is_one_line_exit_2(
     repo_copy: Path, isolated_env: dict[str, str], tmp_path: Path
 ) -> None:
-    (repo_copy / "pins" / "cpu.lock").unlink()
+    (repo_copy / "pins" / "pylock.cpu.toml").unlink()
     for argv in (("image", "build", "cpu"), ("fetch", "cpu")):
         proc = halo(*argv, cwd=repo_copy, env=isolated_env)
         assert proc.returncode == 2, argv
         assert (
             _one_error_line(proc)
-            == f"halo: error: {repo_copy}/pins/cpu.lock: lock not found; run `halo pins lock cpu`"
+            == f"halo: error: {repo_copy}/pins/pylock.cpu.toml: lock not found; run `halo pins lock cpu`"
         )
-    assert tree_listing(tmp_path / "store") == outputs_in_cache(tmp_path / "cache") == []
+    assert tree_listing(tmp_path / "store") == tree_listing(tmp_path / "cache") == []
 
 
 def _inputs(repo: Path, name: str = "cpu"):  # type: ignore[no-untyped-def]
@@ -213,7 +221,8 @@ def test_input_hash_is_stable_and_independent_of_the_checkout_path(
 
 
 @pytest.mark.parametrize(
-    "path", ["halo/__init__.py", "patches/README.md", "images/training/Dockerfile", "pins/cpu.lock"]
+    "path",
+    ["halo/__init__.py", "patches/README.md", "images/training/Dockerfile", "pins/pylock.cpu.toml"],
 )
 def test_input_hash_covers(repo_copy: Path, path: str) -> None:
     before = _inputs(repo_copy).hash
@@ -291,8 +300,12 @@ def test_manifest_diff_names_added_removed_and_changed_files() -> None:
 def test_a_remembered_catalog_is_checked_again_when_it_or_its_dockerfiles_change(
     repo_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from halo.images.catalog import remember
+
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     first = load_catalog(repo_copy)
+    assert not (tmp_path / "cache").exists(), "remembered only after a command succeeded"
+    remember(first)
     (memo,) = (tmp_path / "cache" / "halo" / "validated").glob("catalog-*.json")
     assert load_catalog(repo_copy) == first
     dockerfile = repo_copy / "images" / "vllm" / "Dockerfile"
@@ -301,9 +314,10 @@ def test_a_remembered_catalog_is_checked_again_when_it_or_its_dockerfiles_change
     with pytest.raises(HaloError, match=r"images\.vllm\.dockerfile: no such file"):
         load_catalog(repo_copy)
     dockerfile.write_text(text)
+    assert load_catalog(repo_copy).memo is None, "read back from the memo"
     memo.write_text("{not json")
     assert load_catalog(repo_copy) == first, "a broken memo is only a miss"
     catalog = repo_copy / "images" / "images.yaml"
     catalog.write_text(catalog.read_text().replace('tag: "0.26.0"', "tag: 0.26"))
-    with pytest.raises(HaloError, match=r"images\.vllm\.tag: expected a string"):
+    with pytest.raises(HaloError, match=r"images\.vllm\.tag: Value error, expected a string"):
         load_catalog(repo_copy)

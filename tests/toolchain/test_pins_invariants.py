@@ -16,19 +16,34 @@ SHA = "a" * 64
 COMMIT = "b" * 40
 
 
-def pkg(name: str, version: str, sha: str = SHA, artifacts: bool = True) -> Package:
-    arts = (Artifact(f"{name.replace('-', '_')}-{version}-py3-none-any.whl", sha, 10),)
-    return Package(name=name, version=version, artifacts=arts if artifacts else ())
+def pkg(
+    name: str,
+    version: str,
+    sha: str = SHA,
+    artifacts: bool = True,
+    deps: tuple[str, ...] = (),
+    file: str | None = None,
+) -> Package:
+    file = file or f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+    arts = (Artifact(file, sha, 10),)
+    return Package(
+        name=name, version=version, artifacts=arts if artifacts else (), dependencies=deps
+    )
 
 
 def lock(name: str, *packages: Package, allow: tuple[str, ...] = ()) -> Lock:
+    # Every package is a requirement of its own: the closure rule holds by construction.
     return Lock(
         set=name,
         python="3.12",
         platform="x86_64-manylinux_2_39",
         inputs_sha256=SHA,
         packages=packages,
-        extra={"allow-prerelease": list(allow)},
+        extra={
+            "allow-prerelease": list(allow),
+            "requirements": [p.name for p in packages],
+            "excluded": [],
+        },
     )
 
 
@@ -81,7 +96,11 @@ def add(set_name: str, *packages: Package, allow: tuple[str, ...] = ()) -> Calla
     def mutate(pins: Pins) -> Pins:
         old = pins.locks[set_name]
         keep = tuple(p for p in old.packages if p.name not in {n.name for n in packages})
-        extra = {"allow-prerelease": [*old.extra["allow-prerelease"], *allow]}  # type: ignore[misc]
+        extra = {
+            **old.extra,
+            "allow-prerelease": [*old.extra["allow-prerelease"], *allow],  # type: ignore[misc]
+            "requirements": [p.name for p in keep + packages],
+        }
         new = dataclasses.replace(old, packages=keep + packages, extra=extra)
         return dataclasses.replace(pins, locks={**pins.locks, set_name: new})
 
@@ -91,7 +110,20 @@ def add(set_name: str, *packages: Package, allow: tuple[str, ...] = ()) -> Calla
 def drop(set_name: str, name: str) -> Callable[[Pins], Pins]:
     def mutate(pins: Pins) -> Pins:
         old = pins.locks[set_name]
-        new = dataclasses.replace(old, packages=tuple(p for p in old.packages if p.name != name))
+        kept = tuple(p for p in old.packages if p.name != name)
+        extra = {**old.extra, "requirements": [p.name for p in kept]}
+        new = dataclasses.replace(old, packages=kept, extra=extra)
+        return dataclasses.replace(pins, locks={**pins.locks, set_name: new})
+
+    return mutate
+
+
+def set_extra(set_name: str, **extra: object) -> Callable[[Pins], Pins]:
+    """Change keys of a lock's header (requirements, excluded) and nothing else."""
+
+    def mutate(pins: Pins) -> Pins:
+        old = pins.locks[set_name]
+        new = dataclasses.replace(old, extra={**old.extra, **extra})
         return dataclasses.replace(pins, locks={**pins.locks, set_name: new})
 
     return mutate
@@ -172,7 +204,88 @@ CASES = {
     ),
     "sglang-nccl-missing": (
         drop("sglang", "nvidia-nccl-cu13"),
-        ["sglang: nvidia-nccl-cu13: nccl-matches-training"],
+        ["sglang: nvidia-nccl-cu13: required-in"],
+    ),
+    # --- issue 9: what `halo pins check` used to miss ---------------------------------------
+    "cupy-cuda12x-added": (
+        add("vllm", pkg("cupy-cuda12x", "13.6.0")),
+        ["vllm: cupy-cuda12x: cuda13-only"],
+    ),
+    "cu12-file-name": (
+        add(
+            "hopper",
+            pkg("torch", "2.11.0", file="torch-2.11.0+cu126-cp312-cp312-manylinux_2_28_x86_64.whl"),
+        ),
+        ["hopper: torch: cuda13-only"],
+    ),
+    "cu12-declared-dependency": (
+        add(
+            "blackwell",
+            pkg("nvidia-cutlass-dsl", "4.8.1", deps=("nvidia-cutlass-dsl-libs-cu12",)),
+            pkg("nvidia-cutlass-dsl-libs-cu12", "4.8.1"),
+        ),
+        [
+            "blackwell: nvidia-cutlass-dsl: cuda13-only",
+            "blackwell: nvidia-cutlass-dsl-libs-cu12: cuda13-only",
+        ],
+    ),
+    "cuda-bindings-for-cuda-12": (
+        add("sglang", pkg("cuda-bindings", "12.9.4")),
+        ["sglang: cuda-bindings: cuda13-only"],
+    ),
+    "nccl-missing-in-hopper": (
+        drop("hopper", "nvidia-nccl-cu13"),
+        ["hopper: nvidia-nccl-cu13: required-in"],
+    ),
+    "nccl-missing-in-vllm": (
+        drop("vllm", "nvidia-nccl-cu13"),
+        ["vllm: nvidia-nccl-cu13: required-in"],
+    ),
+    "vllm-nccl-differs": (
+        add("vllm", pkg("nvidia-nccl-cu13", "2.27.7")),
+        ["vllm: nvidia-nccl-cu13: nccl-matches-training"],
+    ),
+    "fa2-dropped-from-blackwell": (
+        map_sources(
+            lambda s: dataclasses.replace(s, sets=("hopper",)) if s.name == "flash-attn" else s
+        ),
+        ["blackwell: flash-attn: required-in"],
+    ),
+    "fa2-dropped-everywhere": (
+        map_sources(lambda s: None if s.name == "flash-attn" else s),
+        ["blackwell: flash-attn: required-in", "hopper: flash-attn: required-in"],
+    ),
+    "sha256-63-hex": (
+        add("hopper", pkg("pyyaml", "6.0.3", sha="a" * 63)),
+        ["hopper: pyyaml: hash-pinned"],
+    ),
+    "sha256-upper-case": (
+        add("hopper", pkg("pyyaml", "6.0.3", sha="A" * 64)),
+        ["hopper: pyyaml: hash-pinned"],
+    ),
+    "sha256-trailing-newline": (
+        add("hopper", pkg("pyyaml", "6.0.3", sha="a" * 64 + "\n")),
+        ["hopper: pyyaml: hash-pinned"],
+    ),
+    "dependency-not-locked": (
+        add("hopper", pkg("requests", "2.32.5", deps=("urllib3",))),
+        ["hopper: urllib3: closure"],
+    ),
+    "package-not-reachable": (
+        set_extra("blackwell", requirements=["torch", "nvidia-nccl-cu13", "flash-attn-4"]),
+        ["blackwell: numpy: closure", "blackwell: nvidia-cutlass-dsl-libs-cu13: closure"],
+    ),
+    "requirement-not-locked": (
+        set_extra("cpu", requirements=["torch", "numpy", "pyyaml"]),
+        ["cpu: pyyaml: closure"],
+    ),
+    "excluded-but-locked": (
+        set_extra("vllm", excluded=["numpy"]),
+        ["vllm: numpy: closure"],
+    ),
+    "no-requirements-recorded": (
+        set_extra("hopper", requirements=None),
+        ["hopper: -: closure"],
     ),
     "bad-hash": (
         add("vllm", pkg("pyyaml", "6.0.3", sha="abc")),
@@ -229,6 +342,17 @@ def test_each_violation_is_reported_as_one_line(case: str) -> None:
     assert all(line.endswith(")") and "\n" not in line for line in lines)
 
 
+def test_excluded_dependency_is_the_only_exception() -> None:
+    """A declared dependency may be missing only when the lock's `excluded` list names it."""
+    cutlass = pkg("nvidia-cutlass-dsl", "4.8.1", deps=("nvidia-cutlass-dsl-libs-base",))
+    pins = add("blackwell", cutlass)(good())
+    assert [str(v).split(" (")[0] for v in check(pins)] == [
+        "blackwell: nvidia-cutlass-dsl-libs-base: closure"
+    ]
+    pins = set_extra("blackwell", excluded=["nvidia-cutlass-dsl-libs-base"])(pins)
+    assert check(pins) == []
+
+
 def test_exemption_is_narrow() -> None:
     """sglang may hold FA4 only because the policy names that pair; vllm may not."""
     strict = Policy(exempt={})
@@ -248,9 +372,101 @@ def test_check_is_fast_on_large_locks() -> None:
     pins = dataclasses.replace(
         pins,
         locks={
-            n: dataclasses.replace(lk, packages=lk.packages + many) for n, lk in pins.locks.items()
+            n: dataclasses.replace(
+                lk,
+                packages=lk.packages + many,
+                extra={**lk.extra, "requirements": [p.name for p in lk.packages + many]},
+            )
+            for n, lk in pins.locks.items()
         },
     )
     start = time.perf_counter()
     assert check(pins) == []
     assert time.perf_counter() - start < 0.5
+
+
+# --- the breakages of issue 9, made to the committed locks through the Lock API -------------
+
+
+def _committed() -> Pins:
+    from support import REPO
+
+    from halo.paths import Layout
+    from halo.pins.locking import load_all
+
+    state = load_all(Layout(REPO).pins)
+    return Pins(locks=state.locks, sources=state.sources)
+
+
+def _replace_package(set_name: str, name: str, **changes: object) -> Callable[[Pins], Pins]:
+    def mutate(pins: Pins) -> Pins:
+        old = pins.locks[set_name]
+        packages = tuple(
+            dataclasses.replace(p, **changes) if p.name == name else p  # type: ignore[arg-type]
+            for p in old.packages
+        )
+        new = dataclasses.replace(old, packages=packages)
+        return dataclasses.replace(pins, locks={**pins.locks, set_name: new})
+
+    return mutate
+
+
+def _packages(set_name: str, fn: Callable[[tuple[Package, ...]], tuple[Package, ...]]):
+    """Change a committed lock's packages only: its requirements stay what was locked."""
+
+    def mutate(pins: Pins) -> Pins:
+        old = pins.locks[set_name]
+        new = dataclasses.replace(old, packages=fn(old.packages))
+        return dataclasses.replace(pins, locks={**pins.locks, set_name: new})
+
+    return mutate
+
+
+def _torch_file(pins: Pins) -> Pins:
+    torch = pins.locks["blackwell"].package("torch")
+    assert torch is not None
+    (art,) = torch.artifacts
+    cu126 = dataclasses.replace(art, file=art.file.replace("2.11.0-", "2.11.0+cu126-"))
+    return _replace_package("blackwell", "torch", artifacts=(cu126,))(pins)
+
+
+def _short_sha(pins: Pins) -> Pins:
+    numpy = pins.locks["hopper"].package("numpy")
+    assert numpy is not None
+    arts = tuple(dataclasses.replace(a, sha256=a.sha256[:-1]) for a in numpy.artifacts)
+    return _replace_package("hopper", "numpy", artifacts=arts)(pins)
+
+
+WHY = {
+    "cupy-cuda12x added to vllm": (
+        _packages("vllm", lambda ps: (*ps, pkg("cupy-cuda12x", "13.6.0"))),
+        {"vllm: cupy-cuda12x: cuda13-only", "vllm: cupy-cuda12x: closure"},
+    ),
+    "NCCL removed from hopper": (
+        _packages("hopper", lambda ps: tuple(p for p in ps if p.name != "nvidia-nccl-cu13")),
+        {"hopper: nvidia-nccl-cu13: required-in", "hopper: nvidia-nccl-cu13: closure"},
+    ),
+    "vllm's NCCL changed": (
+        _replace_package("vllm", "nvidia-nccl-cu13", version="2.27.7"),
+        {"vllm: nvidia-nccl-cu13: nccl-matches-training"},
+    ),
+    "a torch file named +cu126": (_torch_file, {"blackwell: torch: cuda13-only"}),
+    "FA2 dropped from blackwell's sources": (
+        map_sources(
+            lambda s: dataclasses.replace(s, sets=("hopper",)) if s.name == "flash-attn" else s
+        ),
+        {"blackwell: flash-attn: required-in"},
+    ),
+    "a 63-hex sha256": (_short_sha, {"hopper: numpy: hash-pinned"}),
+}
+
+
+def test_the_committed_pins_pass() -> None:
+    assert [str(v) for v in check(_committed())] == []
+
+
+@pytest.mark.parametrize("case", sorted(WHY))
+def test_each_breakage_of_the_committed_pins_is_caught(case: str) -> None:
+    mutate, expected = WHY[case]
+    found = {str(v).split(" (", 1)[0] for v in check(mutate(_committed()))}
+    assert found == expected

@@ -101,6 +101,12 @@ def test_a_release_with_nothing_installable_is_refused(cpu_inputs) -> None:  # t
         build_lock(cpu_inputs, Resolution(pylock, ANNOTATED), lambda _: 1)
 
 
+def test_a_file_without_a_size_is_refused(cpu_inputs) -> None:  # type: ignore[no-untyped-def]
+    # The lock records every file's size; a substitute file that has gone has none to read.
+    with pytest.raises(HaloError, match=r"torch-2\.11\.0\+local-.*\.whl has no size"):
+        build_lock(cpu_inputs, Resolution(PYLOCK, ANNOTATED), lambda _: None)
+
+
 def test_parse_annotated_handles_both_via_styles() -> None:
     graph = parse_annotated("a==1\n    # via b\nb==2.0rc1\n    # via\n    #   -r x.in\n    #   c\n")
     assert graph == {"a": ("1", ["b"]), "b": ("2.0rc1", ["-r x.in", "c"])}

@@ -223,10 +223,10 @@ def test_a_download_cut_short_says_so(tmp_path: Path, local_index: LocalIndex) -
 
 def _cpu_artifact(repo: Path, prefix: str) -> Artifact:
     """An artifact of the cpu lock that the session's store holds (CI fetches cpu first)."""
-    from halo.pins.lockfile import load_lock
+    from halo.pins.lockfile import load_lock, lock_path
 
     art = next(
-        a for a in load_lock(repo / "pins" / "cpu.lock").artifacts if a.file.startswith(prefix)
+        a for a in load_lock(lock_path(repo / "pins", "cpu")).artifacts if a.file.startswith(prefix)
     )
     if not Store(store_root_of_session()).has(art.sha256):
         pytest.skip(f"needs {art.file} in the store: run `halo fetch cpu`")

@@ -1,0 +1,118 @@
+"""`halo stack verify [SET...]`: install each GPU lock as its image does and prove it, no GPU.
+
+Exit codes: 0 every check passed; 1 a check failed (one line per failure on stderr);
+2 bad input (unknown set, no interpreter, artifacts missing from the store).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+VENVS_ENV = "HALO_STACK_VENVS"
+NO_GPU = (
+    "no GPU is used or claimed: these checks install, import, link and parse; "
+    "no CUDA kernel runs (the gpu tiers stay skipped without a GPU)"
+)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from halo.stack.spec import DEFAULT_SETS
+
+    parser = subparsers.add_parser("stack", help="prove the GPU stacks without a GPU")
+    sub = parser.add_subparsers(dest="stack_command", metavar="ACTION", required=True)
+    verify = sub.add_parser(
+        "verify",
+        help="install each set's lock offline as its image does, then check it",
+        description=f"{NO_GPU}. Run `halo fetch SET` first: the wheels come from the store.",
+    )
+    verify.add_argument(
+        "sets", nargs="*", metavar="SET", help=f"pin sets (default: {' '.join(DEFAULT_SETS)})"
+    )
+    verify.add_argument(
+        "--venvs",
+        type=Path,
+        help=f"where the venvs live (default ${VENVS_ENV}, else <scratch>/stacks)",
+    )
+    verify.add_argument("--fresh", action="store_true", help="reinstall even an up-to-date venv")
+    verify.add_argument(
+        "--clean", action="store_true", help="remove each venv once its checks are done"
+    )
+    verify.add_argument(
+        "--cpu-tier",
+        action="append",
+        default=[],
+        metavar="SET",
+        help="also run the CPU tier natively in this set's venv (repeatable)",
+    )
+    verify.set_defaults(func=_verify)
+
+
+def venvs_root(explicit: Path | None) -> Path:
+    from halo.paths import scratch_root
+
+    if explicit is not None:
+        return explicit
+    if env := os.environ.get(VENVS_ENV):
+        return Path(env)
+    return scratch_root() / "stacks"
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from halo.errors import HaloError
+    from halo.paths import Layout, find_repo, scratch_root, store_root
+    from halo.pins.lockfile import load_lock
+    from halo.report import say, table
+    from halo.stack.interpreter import find_python
+    from halo.stack.spec import DEFAULT_SETS, spec_for
+    from halo.stack.verify import FAIL, Inputs, verify
+    from halo.store.store import Store
+
+    layout = Layout(find_repo())
+    names = list(args.sets or DEFAULT_SETS)
+    unknown = sorted(set(args.cpu_tier) - set(names))
+    if unknown:
+        raise HaloError(f"--cpu-tier {unknown[0]}: not among the sets checked ({' '.join(names)})")
+    specs = [spec_for(n) for n in names]  # unknown sets fail before anything is installed
+    locks = [load_lock(layout.lock(n)) for n in names]
+    root = venvs_root(args.venvs)
+    root.mkdir(parents=True, exist_ok=True)
+    say(f"halo stack: {NO_GPU}")
+    failures: list[str] = []
+    for spec, lock in zip(specs, locks, strict=True):
+        python, version = find_python(lock.python)
+        inputs = Inputs(
+            spec=spec,
+            lock=lock,
+            store=Store(store_root()),
+            python=python,
+            python_version=version,
+            venv=root / spec.set,
+            patches=layout.patches,
+            images=layout.images,
+            repo=layout.repo,
+        )
+        start = time.monotonic()
+        say(f"halo stack: {spec.set}: CPython {version} ({python})")
+        tier = scratch_root() / "stack-cpu-tier" / spec.set if spec.set in args.cpu_tier else None
+        try:
+            rows = verify(inputs, args.fresh, tier, lambda r: None)
+        finally:
+            if args.clean:
+                for leftover in (inputs.venv, root / f".{spec.set}.probe"):
+                    shutil.rmtree(leftover, ignore_errors=True)
+        if args.clean and not any(r.result == FAIL for r in rows):
+            (root / f"{spec.set}.install.log").unlink(missing_ok=True)  # kept when it failed
+        print(f"\n{spec.set} ({time.monotonic() - start:.0f}s, no GPU)")
+        print(table(["check", "result", "detail"], [[r.check, r.result, r.detail] for r in rows]))
+        sys.stdout.flush()
+        for row in rows:
+            if row.result == FAIL:
+                failures += [f"{spec.set}: {row.check}: {line}" for line in row.failures]
+    for line in failures:
+        print(f"halo: stack: {line}", file=sys.stderr)
+    return 1 if failures else 0
