@@ -28,6 +28,7 @@ _REASONS = {
     errno.EACCES: "permission denied",
     errno.EPERM: "operation not permitted",
     errno.ENOTDIR: "a file is in the way of a folder",
+    errno.EEXIST: "already exists (a file where a folder should be?)",
     errno.EISDIR: "a folder is in the way of a file",
     errno.ENOENT: "no such file or folder",
 }

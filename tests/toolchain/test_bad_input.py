@@ -345,3 +345,31 @@ def test_a_store_that_cannot_be_written_is_one_line_naming_where(
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     (line,) = proc.stdout.strip().splitlines()
     assert line.startswith(str(store)) and line.endswith(f"cannot write to the store: {reason}")
+
+
+def test_an_output_that_cannot_be_written_is_one_line_naming_it(tmp_path: Path) -> None:
+    """No module names this path itself: the CLI's net for OSErrors does."""
+    import json
+    import os
+
+    inputs = tmp_path / "build-inputs.json"
+    record = {"image": "cpu", "image_ref": "halo:cpu-0", "input_hash": "0" * 64}
+    record |= {"inputs": {}, "base_ref": "b", "halo_version": "0"}
+    inputs.write_text(json.dumps(record))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("where the output folder should be\n")
+    argv = ["image", "stamp", "--inputs", str(inputs), "--out", str(blocker / "build.json")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "halo", *argv],
+        cwd=REPO,
+        env={**os.environ, **SANDBOX},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    check_answer(proc, argv, exact_one_line=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"halo: error: {blocker}: already exists (a file where a folder should be?)"
+    )
+    assert blocker.read_text() == "where the output folder should be\n"
