@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -76,31 +75,15 @@ def resolve_inputs(repo: Path, catalog: Catalog, image: Image, docker: Docker | 
     )
 
 
-def _git(repo: Path, *args: str) -> str:
-    proc = subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=False
-    )
-    return proc.stdout.strip() if proc.returncode == 0 else ""
-
-
 def labels(image: Image, inputs: Inputs) -> dict[str, str]:
-    """Labels are part of the image ID, so only what the inputs determine goes in; the git
+    """Labels are part of the image ID, so only what the inputs determine goes in. The git
     revision and the clone's remote (the same inputs build from many commits and clones)
-    belong to publishing, as annotations: see `provenance`."""
+    belong to publishing, as registry annotations, not to the image."""
     return {
         f"{LABEL_PREFIX}.title": image.moving_ref,
         f"{LABEL_PREFIX}.version": __version__,
         INPUT_LABEL: inputs.hash,
     }
-
-
-def provenance(repo: Path) -> dict[str, str]:
-    """Where this checkout came from: for a registry's annotations, never for the image."""
-    out = {f"{LABEL_PREFIX}.revision": _git(repo, "rev-parse", "HEAD") or "unknown"}
-    remote = _git(repo, "remote", "get-url", "origin")
-    if remote.startswith("https://"):
-        out[f"{LABEL_PREFIX}.source"] = remote
-    return out
 
 
 def up_to_date(docker: Docker, image: Image, inputs: Inputs) -> str | None:

@@ -26,7 +26,6 @@ from halo.schema import (
     matches,
 )
 
-BASE_RECIPES = ("mmdebstrap", "dockerfile", "registry")
 DigestRef = Annotated[
     str,
     matches(
