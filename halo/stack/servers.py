@@ -27,6 +27,8 @@ SAMPLE_ENV = {
         "HALO_GPU_MEMORY_UTILIZATION": "0.85",
         "HALO_MAX_MODEL_LEN": "4096",
         "VLLM_REASONING_PARSER": "qwen3",
+        # `vllm serve`; the CPU server's `module` form runs for real in the rollout tier.
+        "HALO_VLLM_ENTRYPOINT": "cli",
     },
     "sglang": {
         "HALO_MODEL": "/models/tiny",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -13,6 +14,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--image", help="catalog image to run in (default: cpu for cpu, else blackwell)"
     )
     where.add_argument("--native", action="store_true", help="run on this host's Python instead")
+    p.add_argument(
+        "--serve",
+        action="store_true",
+        help="rollout tiers: start the CPU server when none answers, stop it afterwards",
+    )
+    p.add_argument("--model", type=Path, help="with --serve: the model folder to serve")
+    p.add_argument("--gpus", action="store_true", help="give the container the GPUs")
+    p.add_argument(
+        "--fabric", choices=("none", "efa"), default="none", help="NCCL's network (GPU runs)"
+    )
+    p.add_argument("--cuda-devices", default="all", help="GPU indices for the container (0,1)")
+    p.add_argument("--server-tier", choices=("dense", "moe"), help="rollout server config")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="after --: passed to pytest")
     p.set_defaults(func=_test)
 
@@ -25,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _test(args: argparse.Namespace) -> int:
     from halo.paths import scratch_root
     from halo.testing.container import built_image_ref
-    from halo.testing.tiers import run_tier, tier
+    from halo.testing.tiers import Placement, run_tier, tier
 
     t = tier(args.tier)
     # REMAINDER takes options given after the tier too, and argparse may already have eaten the
@@ -35,17 +48,33 @@ def _test(args: argparse.Namespace) -> int:
     late = argparse.ArgumentParser(prog=f"halo test {args.tier}")
     late.add_argument("--image", default=args.image)
     late.add_argument("--native", action="store_true", default=args.native)
+    late.add_argument("--serve", action="store_true", default=args.serve)
+    late.add_argument("--model", type=Path, default=args.model)
+    late.add_argument("--gpus", action="store_true", default=args.gpus)
+    late.add_argument("--fabric", choices=("none", "efa"), default=args.fabric)
+    late.add_argument("--cuda-devices", default=args.cuda_devices)
+    late.add_argument("--server-tier", choices=("dense", "moe"), default=args.server_tier)
     opts, unknown = late.parse_known_args(rest[:cut])
     if opts.native and opts.image:
         late.error("--native and --image exclude each other")
     args.image, args.native = opts.image, opts.native
+    if (opts.serve or opts.model) and not t.server:
+        late.error("--serve and --model are for the rollout tiers")
     extra = [*unknown, *rest[cut + 1 :]]
     image = (
         None
         if args.native
         else built_image_ref(args.image or ("cpu" if t.name == "cpu" else "blackwell"))
     )
-    return run_tier(t, image, scratch_root(), extra)
+    place = Placement(
+        gpus=opts.gpus or opts.cuda_devices != "all" or opts.fabric != "none",
+        fabric=opts.fabric,
+        cuda_devices=opts.cuda_devices,
+        server_tier=opts.server_tier or "",
+    )
+    return run_tier(
+        t, image, scratch_root(), extra, serve=opts.serve, model=opts.model, place=place
+    )
 
 
 def _example(args: argparse.Namespace) -> int:

@@ -1,13 +1,21 @@
 """The one place that knows how a Halo image is run: `docker run` flags for tiers and jobs.
 
-No network, no credentials (nothing from the host environment is passed unless named in
-``env``), the checkout mounted at /workspace, scratch (HF caches, outputs) under
-$HALO_SCRATCH mounted at /scratch, the host's user so files written there stay the host's.
+Shared by the test tiers, `halo example` and `make train` (`halo run`):
+
+- always: `--rm --init --pull never`, the host's user, the checkout at /workspace (read-only
+  unless a job writes there), $HALO_SCRATCH at /scratch holding HOME, the Hugging Face
+  caches (HF_HOME, HF_DATASETS_CACHE), TMPDIR and HALO_DATA_ROOT; `--ipc=host` and shm.
+- GPU images (a catalog entry with CUDA architectures): `--gpus all`, unlimited locked memory
+  and a 64 MiB stack (NCCL and RDMA pin memory), CUDA_DEVICE_MAX_CONNECTIONS=1 (overlapping
+  communication and compute with FSDP needs kernels issued in order).
+- credentials only when asked (a training job) and never in CI: `--env-file .env` and
+  `~/.aws` (read-only), each only when present. Nothing else from the host's environment.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +25,21 @@ from halo.paths import find_repo, scratch_root
 
 WORKSPACE = "/workspace"
 SCRATCH = "/scratch"
+SCRATCH_DIRS = ("home", "hf", "tmp", "data")
+GPU_SHM = "16g"
+CPU_SHM = "2g"
+# How NCCL leaves the node. No fabric: plain TCP sockets, NCCL's IB transport off. EFA: the
+# host's /dev/infiniband and NCCL over Libfabric through the aws-ofi-nccl plugin ("ofi"),
+# sockets only on real interfaces (the exclude list keeps loopback and docker bridges out).
+FABRICS: dict[str, dict[str, str]] = {
+    "none": {"NCCL_IB_DISABLE": "1", "NCCL_NET": "Socket"},
+    "efa": {
+        "NCCL_NET": "Libfabric",
+        "NCCL_NET_PLUGIN": "ofi",
+        "NCCL_IB_DISABLE": "0",
+        "NCCL_SOCKET_IFNAME": "^lo,docker,veth",
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -28,47 +51,109 @@ class RunSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     mounts: Sequence[tuple[Path, str, bool]] = ()  # (host, container, read_only)
     workspace_writable: bool = False
+    credentials: bool = False  # .env and ~/.aws, when present and not in CI
+    offline: bool = True  # HF_HUB_OFFLINE=1: tiers read only what is cached
+    fabric: str = "none"  # a key of FABRICS; only GPU runs talk NCCL
+    cuda_devices: str = "all"  # "all" or a comma list of GPU indices
 
 
-def docker_run_args(spec: RunSpec, repo: Path, scratch: Path) -> list[str]:
-    args = ["--rm", "--init", f"--network={spec.network}", "--ipc=host", "--shm-size=2g"]
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() not in ("", "0", "false")
+
+
+def container_env(spec: RunSpec) -> dict[str, str]:
+    env = {
+        "HOME": f"{SCRATCH}/home",
+        "HF_HOME": f"{SCRATCH}/hf",
+        "HF_DATASETS_CACHE": f"{SCRATCH}/hf/datasets",
+        "TMPDIR": f"{SCRATCH}/tmp",
+        "HALO_DATA_ROOT": f"{SCRATCH}/data",
+        "HALO_SCRATCH": SCRATCH,
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    if spec.offline:
+        env["HF_HUB_OFFLINE"] = "1"
     if spec.gpus:
-        # NCCL and RDMA pin memory; unprivileged CPU-only hosts may refuse to raise memlock.
-        args += ["--gpus", "all", "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+        env.update(FABRICS[spec.fabric])
+    return {**env, **spec.env}
+
+
+def docker_run_args(
+    spec: RunSpec, repo: Path, scratch: Path, home: Path | None = None
+) -> list[str]:
+    """Everything after `docker run`: flags, the image, the command."""
+    args = ["--rm", "--init", "--pull", "never", f"--network={spec.network}", "--ipc=host"]
+    args.append(f"--shm-size={GPU_SHM if spec.gpus else CPU_SHM}")
+    if spec.gpus:
+        if spec.fabric not in FABRICS:
+            raise ValueError(f"fabric {spec.fabric!r}: expected one of {sorted(FABRICS)}")
+        # NCCL and RDMA pin memory; docker splits --gpus on commas unless the device list is
+        # quoted inside the value.
+        gpus = "all" if spec.cuda_devices == "all" else f'"device={spec.cuda_devices}"'
+        args += ["--gpus", gpus, "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
+        if spec.fabric == "efa":
+            args += ["--device=/dev/infiniband"]
     args += ["--user", f"{os.getuid()}:{os.getgid()}"]
     ro = "" if spec.workspace_writable else ":ro"
     args += ["-v", f"{repo}:{WORKSPACE}{ro}", "-v", f"{scratch}:{SCRATCH}", "-w", WORKSPACE]
     for host, target, read_only in spec.mounts:
         args += ["-v", f"{host}:{target}{':ro' if read_only else ''}"]
-    env = {
-        "HOME": f"{SCRATCH}/home",
-        "HF_HOME": f"{SCRATCH}/hf",
-        "HF_HUB_OFFLINE": "1",
-        "HALO_SCRATCH": SCRATCH,
-        "PYTHONDONTWRITEBYTECODE": "1",
-        **spec.env,
-    }
-    for k, v in sorted(env.items()):
+    if spec.credentials and not in_ci():
+        if (repo / ".env").is_file():
+            args += ["--env-file", str(repo / ".env")]
+        aws = (home or Path.home()) / ".aws"
+        if aws.is_dir():
+            args += ["-v", f"{aws}:{SCRATCH}/home/.aws:ro"]
+    for k, v in sorted(container_env(spec).items()):
         args += ["-e", f"{k}={v}"]
     return [*args, spec.image, *spec.argv]
 
 
+def is_gpu_image(ref: str) -> bool:
+    """A catalog image built for CUDA architectures (by moving or immutable tag)."""
+    from halo.images.catalog import load_catalog
+
+    for image in load_catalog(find_repo()).images.values():
+        if ref == image.moving_ref or ref.startswith(f"{image.moving_ref}-"):
+            return bool(image.cuda_arch)
+    return False
+
+
 def built_image_ref(name: str) -> str:
-    """A catalog image's moving tag (``NAME:TAG`` passes through), refusing one not built here."""
+    """A catalog image's moving tag (a full ref passes through), refusing one not here.
+
+    A reference pinned by digest (a staged image) is pulled when it is not here yet: that
+    is how a CI test job runs exactly the digest its build job staged.
+    """
     from halo.errors import HaloError
     from halo.images.catalog import load_catalog
 
-    ref = name if ":" in name else load_catalog(find_repo()).image(name).moving_ref
-    if Docker.discover().image_id(ref) is None:
+    ref = name if (":" in name or "@" in name) else load_catalog(find_repo()).image(name).moving_ref
+    docker = Docker.discover()
+    if docker.image_id(ref) is None and "@sha256:" in ref:
+        docker.pull(ref)
+    if docker.image_id(ref) is None:
         hint = f"nox -s build-{name}" if ":" not in name else "halo image build <name>"
         raise HaloError(f"{ref}: image not built here; run `{hint}`")
     return ref
 
 
+def prepare_scratch(scratch: Path) -> None:
+    for sub in SCRATCH_DIRS:
+        (scratch / sub).mkdir(parents=True, exist_ok=True)
+
+
+def command_line(spec: RunSpec) -> str:
+    """The full `docker run …` as one shell line (what `make -n train` shows)."""
+    docker = Docker.discover()
+    return shlex.join([docker.exe, "run", *docker_run_args(spec, find_repo(), scratch_root())])
+
+
 def run_spec(spec: RunSpec) -> int:
     repo = find_repo()
     scratch = scratch_root()
-    (scratch / "home").mkdir(parents=True, exist_ok=True)
+    prepare_scratch(scratch)
     docker = Docker.discover()
     return docker.run(docker_run_args(spec, repo, scratch)).returncode
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
 from halo.errors import HaloError
 from halo.report import table
+from halo.rollout import native
+from halo.rollout.native import Running
+from halo.rollout.servers import ServerKind, identify
+from halo.rollout.servers import server as rollout_server
 from halo.testing.container import SCRATCH, RunSpec, run_spec
 
 NO_TESTS_COLLECTED = 5
@@ -25,9 +27,11 @@ class Tier:
     path: str
     gpus: bool = False
     parallel: bool = False  # pytest-xdist workers; GPU and server tiers share one device, so no
-    server_env: str = ""
-    server_default: str = ""
-    compose: str = ""
+    server: str = ""  # the rollout server it talks to (halo.rollout.servers)
+
+    @property
+    def server_kind(self) -> ServerKind | None:
+        return rollout_server(self.server) if self.server else None
 
 
 TIERS = {
@@ -36,22 +40,8 @@ TIERS = {
         Tier("cpu", "cpu", "tests/cpu", parallel=True),
         Tier("gpu-core", "gpu_core", "tests/gpu_core", gpus=True),
         Tier("gpu-full", "gpu_full", "tests/gpu_full", gpus=True),
-        Tier(
-            "rollout-vllm",
-            "rollout_vllm",
-            "tests/rollout",
-            server_env="HALO_VLLM_URL",
-            server_default="http://127.0.0.1:8000",
-            compose="images/docker-compose.vllm.yml",
-        ),
-        Tier(
-            "rollout-sglang",
-            "rollout_sglang",
-            "tests/rollout",
-            server_env="HALO_SGLANG_URL",
-            server_default="http://127.0.0.1:30000",
-            compose="images/docker-compose.sglang.yml",
-        ),
+        Tier("rollout-vllm", "rollout_vllm", "tests/rollout", server="vllm"),
+        Tier("rollout-sglang", "rollout_sglang", "tests/rollout", server="sglang"),
     )
 }
 
@@ -63,25 +53,11 @@ def tier(name: str) -> Tier:
     return TIERS[key]
 
 
-def server_url(t: Tier) -> str:
-    return os.environ.get(t.server_env, t.server_default).rstrip("/")
-
-
 def check_server(t: Tier) -> None:
     """Rollout tiers need a live server; say exactly how to start one when it isn't there."""
-    if not t.server_env:
-        return
-    url = f"{server_url(t)}/health"
-    try:
-        with urllib.request.urlopen(url, timeout=3) as resp:
-            if resp.status == 200:
-                return
-    except (urllib.error.URLError, TimeoutError, OSError):
-        pass
-    raise HaloError(
-        f"{t.name}: no rollout server answers {url}; start it with: "
-        f"docker compose -f {t.compose} up -d  (or set {t.server_env})"
-    )
+    kind = t.server_kind
+    if kind and (why := kind.not_running()):
+        raise HaloError(f"{t.name}: {why}")
 
 
 def pytest_argv(t: Tier, junit: str, extra: list[str]) -> list[str]:
@@ -130,29 +106,126 @@ def _torch_here() -> str:
         return "no-torch"
 
 
-def run_tier(t: Tier, image_ref: str | None, scratch: Path, extra: list[str]) -> int:
-    """Run a tier in ``image_ref`` (or natively when None); print pytest's output and a summary."""
-    check_server(t)
+@dataclass(frozen=True)
+class Placement:
+    """Where a tier's container runs beyond its defaults: GPUs, which ones, which fabric."""
+
+    gpus: bool = False
+    fabric: str = "none"
+    cuda_devices: str = "all"
+    # dense or moe: which rollout-server configuration the tests target (HALO_SERVER_TIER).
+    server_tier: str = ""
+
+
+def run_tier(
+    t: Tier,
+    image_ref: str | None,
+    scratch: Path,
+    extra: list[str],
+    serve: bool = False,
+    model: Path | None = None,
+    place: Placement | None = None,
+) -> int:
+    """Run a tier in ``image_ref`` (or natively when None); print pytest's output and a summary.
+
+    A rollout tier with ``serve`` starts the CPU server itself when none answers (its log under
+    scratch) and stops it afterwards; without ``serve`` a missing server is one line that says
+    how to start it.
+    """
+    kind = t.server_kind
+    started = None
+    if kind and serve and kind.not_running():
+        from halo.paths import find_repo
+
+        started = native.start(kind, find_repo(), scratch, model=model)
+    try:
+        check_server(t)
+        rc = _run_pytest(t, image_ref, scratch, extra, kind, started, place or Placement())
+    finally:
+        if started is not None:
+            native.stop(started)
+    return rc
+
+
+def in_container(path: Path, scratch: Path) -> str:
+    """``path`` under scratch as a tier's container sees it (scratch is mounted at /scratch)."""
+    try:
+        return f"{SCRATCH}/{path.resolve().relative_to(scratch.resolve())}"
+    except ValueError:
+        return str(path)  # not under scratch: not visible in the container
+
+
+def _served_here(kind: ServerKind, scratch: Path) -> Running | None:
+    """The server `halo serve` started earlier, when it is the one answering the tier."""
+    run = Running.load(scratch, kind.name)
+    return run if run and run.url == kind.url and run.alive() else None
+
+
+def _run_pytest(
+    t: Tier,
+    image_ref: str | None,
+    scratch: Path,
+    extra: list[str],
+    kind: ServerKind | None,
+    started: Running | None,
+    place: Placement,
+) -> int:
     reports = scratch / "reports"
     reports.mkdir(parents=True, exist_ok=True)
     junit_host = reports / f"{t.name}.xml"
     junit_host.unlink(missing_ok=True)
+    env = {kind.url_env: kind.url} if kind else {}
+    served = started or (_served_here(kind, scratch) if kind else None)
+    if served is not None:
+        # The served folder, as the tests see it: the weight-push tests copy and reload it.
+        env["HALO_MODEL"] = served.model
+        env["HALO_SERVED_FOLDER_ON_SERVER"] = served.model
+        env["HALO_SERVED_MODEL_NAME"] = Path(served.model).name
+        if image_ref is not None:
+            env["HALO_MODEL"] = in_container(Path(served.model), scratch)
+    if kind and image_ref is not None:
+        # A container sees scratch at /scratch; a server on the host sees it where it is.
+        env["HALO_SERVER_SCRATCH"] = str(scratch)
+    if place.server_tier:
+        env["HALO_SERVER_TIER"] = place.server_tier
     if image_ref is None:
         rc = subprocess.run(
-            [sys.executable, *pytest_argv(t, str(junit_host), extra)], check=False
+            [sys.executable, *pytest_argv(t, str(junit_host), extra)],
+            env={**os.environ, **env},
+            check=False,
         ).returncode
         where = f"native:{_torch_here()}"
     else:
-        env = {t.server_env: server_url(t)} if t.server_env else {}
         spec = RunSpec(
             image=image_ref,
             argv=["python", *pytest_argv(t, f"{SCRATCH}/reports/{t.name}.xml", extra)],
-            gpus=t.gpus,
-            network="host" if t.server_env else "none",
+            gpus=t.gpus or place.gpus,
+            network="host" if kind else "none",
             env=env,
+            fabric=place.fabric,
+            cuda_devices=place.cuda_devices,
         )
         rc = run_spec(spec)
         where = image_ref
+    if kind and not kind.not_running():
+        who = identify(kind)
+        ready = started.ready_s if started else None
+        print(
+            table(
+                ("server", "url", "version", "device", "model", "started by", "start"),
+                [
+                    (
+                        kind.name,
+                        kind.url,
+                        who.version,
+                        who.device,
+                        who.model,
+                        "this tier" if started else "already running",
+                        f"{ready:.0f}s" if ready else "-",
+                    )
+                ],
+            )
+        )
     counts = read_junit(junit_host)
     if counts:
         print(

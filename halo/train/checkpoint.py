@@ -1,9 +1,11 @@
-"""Checkpoints that are complete or absent.
+"""Checkpoints that are complete, verified, or not used at all.
 
-``<checkpoints>/<job>/epoch_<E>_step_<S>/`` holds meta.json, config.json (the model's
-architecture), model.safetensors, optimizer.pt, scheduler.pt (and tokenizer.json). It is
-written into a hidden temp sibling and renamed into place, meta.json last; a directory
-without all of them (a crash mid-write) is never resumed from.
+``<checkpoints>/<job>/r<L>_epoch_<E>_step_<S>/`` is a Hugging Face model folder (safetensors,
+config.json, generation_config.json, tokenizer) plus ``trainer/`` (optimizer, scheduler, RNG)
+and ``meta.json``, written last, holding the sha256 of every other file. It is written into
+a hidden temp sibling and renamed into place. ``L`` is the run lineage: a run that resumes
+keeps its checkpoint's lineage; ``checkpoint.resume: false`` starts the next one. Pruning
+only ever removes older checkpoints of the current lineage; the newest one always stays.
 """
 
 from __future__ import annotations
@@ -18,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
 
 from halo.atomic import staged_dir
+from halo.hashing import sha256_file
 
-REQUIRED = ("meta.json", "config.json", "model.safetensors", "optimizer.pt", "scheduler.pt")
-NAME = re.compile(r"epoch_(\d+)_step_(\d+)")
+NAME = re.compile(r"r(\d+)_epoch_(\d+)_step_(\d+)")
+TRAINER = "trainer"
 # A test hook: "STEP:SECONDS" sleeps in the middle of writing the checkpoint of STEP (after
-# model.safetensors), so a test can SIGKILL a trainer with a half-written checkpoint on disk.
+# the weights), so a test can SIGKILL a trainer with a half-written checkpoint on disk.
 # Unset in real runs.
 TEST_HOOK_SLEEP_ENV = "HALO_TEST_HOOK_CHECKPOINT_SLEEP"
 
@@ -40,36 +42,31 @@ def test_hook_sleep(value: str | None) -> tuple[int, float] | None:
 @dataclass(frozen=True)
 class Found:
     path: Path
+    lineage: int
     epoch: int
     step: int
 
 
-def name(epoch: int, step: int) -> str:
-    return f"epoch_{epoch}_step_{step}"
+def name(lineage: int, epoch: int, step: int) -> str:
+    return f"r{lineage}_epoch_{epoch}_step_{step}"
 
 
-def is_complete(path: Path) -> bool:
-    if not (NAME.fullmatch(path.name) and path.is_dir()):
-        return False
-    if not all((path / f).is_file() for f in REQUIRED):
-        return False
+def read_meta(path: Path) -> dict[str, Any] | None:
     try:
-        json.loads((path / "meta.json").read_text())
+        meta = json.loads((path / "meta.json").read_text())
     except (OSError, ValueError):
-        return False
-    return True
+        return None
+    return meta if isinstance(meta, dict) and isinstance(meta.get("files"), dict) else None
+
+
+def _found(p: Path) -> Found | None:
+    m = NAME.fullmatch(p.name)
+    return Found(p, int(m[1]), int(m[2]), int(m[3])) if m and p.is_dir() else None
 
 
 def complete(job_dir: Path) -> list[Found]:
-    """Complete checkpoints of a job, oldest first."""
-    if not job_dir.is_dir():
-        return []
-    out = []
-    for p in job_dir.iterdir():
-        m = NAME.fullmatch(p.name)
-        if m and is_complete(p):
-            out.append(Found(p, int(m[1]), int(m[2])))
-    return sorted(out, key=lambda f: f.step)
+    """Checkpoints whose meta.json was written, oldest first (by lineage, then step)."""
+    return [f for f in named(job_dir) if read_meta(f.path) is not None]
 
 
 def latest(job_dir: Path) -> Found | None:
@@ -78,18 +75,56 @@ def latest(job_dir: Path) -> Found | None:
 
 
 def partials(job_dir: Path) -> list[Path]:
-    """Leftovers of interrupted writes: hidden temp dirs and named dirs missing files."""
+    """Leftovers of interrupted writes: the hidden temp folders a write renames into place."""
     if not job_dir.is_dir():
         return []
     return sorted(
         p
         for p in job_dir.iterdir()
-        if p.is_dir()
-        and (
-            (p.name.startswith(".epoch_") and p.name.endswith(".tmp"))
-            or (NAME.fullmatch(p.name) and not is_complete(p))
-        )
+        if p.is_dir() and p.name.startswith(".r") and p.name.endswith(".tmp")
     )
+
+
+def named(job_dir: Path) -> list[Found]:
+    """Every checkpoint-named folder, complete or not, oldest first."""
+    if not job_dir.is_dir():
+        return []
+    return sorted(
+        (f for f in map(_found, job_dir.iterdir()) if f), key=lambda f: (f.lineage, f.step)
+    )
+
+
+def next_lineage(job_dir: Path) -> int:
+    """One more than any lineage in the folder, set aside ones included."""
+    if not job_dir.is_dir():
+        return 1
+    seen = [int(m[1]) for p in job_dir.iterdir() if (m := NAME.search(p.name))]
+    return max(seen, default=0) + 1
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "meta.json")
+
+
+def verify(path: Path) -> str | None:
+    """None when every file matches meta.json's sha256 and every weight is finite; else why."""
+    meta = read_meta(path)
+    if meta is None:
+        return "meta.json is missing or not a checkpoint record"
+    files: dict[str, str] = meta["files"]
+    on_disk = {str(p.relative_to(path)) for p in _files(path)}
+    if missing := sorted(set(files) - on_disk):
+        return f"missing {missing[0]}"
+    for rel, digest in sorted(files.items()):
+        if sha256_file(path / rel) != digest:
+            return f"{rel} does not match its sha256 in meta.json"
+    from safetensors.torch import load_file
+
+    for rel in sorted(f for f in files if f.endswith(".safetensors")):
+        for key, t in load_file(str(path / rel)).items():
+            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                return f"{rel}: {key} holds non-finite values"
+    return None
 
 
 def _fsync(path: Path) -> None:
@@ -102,54 +137,64 @@ def _fsync(path: Path) -> None:
 
 def write(
     job_dir: Path,
-    epoch: int,
-    step: int,
-    model_state: dict[str, torch.Tensor],
-    optimizer_state: dict[str, Any],
-    scheduler_state: dict[str, Any],
+    dirname: str,
+    write_model: Any,
+    trainer_state: dict[str, Any],
     meta: dict[str, Any],
-    model_config_json: str,
-    tokenizer_json: str,
     hook_sleep: float = 0.0,
 ) -> Path:
-    final = job_dir / name(epoch, step)
+    """``write_model(folder)`` writes the Hugging Face part; then trainer state and meta.json."""
+    final = job_dir / dirname
     with staged_dir(final) as tmp:
-        save_file(
-            {k: v.contiguous() for k, v in model_state.items()}, str(tmp / "model.safetensors")
-        )
+        write_model(tmp)
         if hook_sleep:
             print(f"test hook: sleeping {hook_sleep}s inside checkpoint write {tmp}", flush=True)
             time.sleep(hook_sleep)
-        (tmp / "config.json").write_text(model_config_json)
-        (tmp / "tokenizer.json").write_text(tokenizer_json)
-        torch.save(optimizer_state, tmp / "optimizer.pt")
-        torch.save(scheduler_state, tmp / "scheduler.pt")
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        for f in tmp.iterdir():
-            f.chmod(0o644)
-            _fsync(f)
+        (tmp / TRAINER).mkdir()
+        for key, value in trainer_state.items():
+            torch.save(value, tmp / TRAINER / f"{key}.pt")
+        files = {str(p.relative_to(tmp)): sha256_file(p) for p in _files(tmp)}
+        record = {**meta, "files": files}
+        (tmp / "meta.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        for p in tmp.rglob("*"):
+            p.chmod(0o755 if p.is_dir() else 0o644)
+            _fsync(p)
         # mkdtemp makes the directory private; checkpoints are meant to be shared.
         tmp.chmod(0o755)
     _fsync(job_dir)
     return final
 
 
-def load(
-    path: Path,
-) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any], dict[str, Any]]:
-    model_state = load_file(str(path / "model.safetensors"))
-    optimizer_state = torch.load(path / "optimizer.pt", weights_only=True)
-    scheduler_state = torch.load(path / "scheduler.pt", weights_only=True)
-    meta = json.loads((path / "meta.json").read_text())
-    return model_state, optimizer_state, scheduler_state, meta
+def load_trainer_state(path: Path) -> dict[str, Any]:
+    return {p.stem: torch.load(p, weights_only=True) for p in sorted((path / TRAINER).glob("*.pt"))}
 
 
-def prune(job_dir: Path, keep_last: int) -> list[Path]:
-    """Delete all but the newest ``keep_last`` complete checkpoints (0 keeps all)."""
-    found = complete(job_dir)
-    if keep_last <= 0 or len(found) <= keep_last:
+def load_weights(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    state: dict[str, torch.Tensor] = {}
+    for f in sorted(path.glob("*.safetensors")):
+        state.update(load_file(str(f)))
+    return state
+
+
+def set_aside(path: Path) -> Path:
+    """Move a checkpoint that failed its check out of the way (kept, never resumed)."""
+    dest = path.with_name(f".{path.name}.bad")
+    shutil.rmtree(dest, ignore_errors=True)
+    path.rename(dest)
+    return dest
+
+
+def prune(job_dir: Path, lineage: int, keep_last: int) -> list[Path]:
+    """Delete all but the newest ``keep_last`` checkpoints of ``lineage`` (0 keeps all).
+
+    Other lineages are never touched, and the newest checkpoint of this one always stays.
+    """
+    mine = [f for f in complete(job_dir) if f.lineage == lineage]
+    if keep_last <= 0 or len(mine) <= keep_last:
         return []
-    doomed = [f.path for f in found[:-keep_last]]
+    doomed = [f.path for f in mine[: -max(keep_last, 1)]]
     for p in doomed:
         shutil.rmtree(p)
     return doomed

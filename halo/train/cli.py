@@ -38,6 +38,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("extra", nargs=argparse.REMAINDER, help="-- --key=value overrides")
     q.set_defaults(func=preflight)
 
+    from halo.train import export, hfcache
+
+    export.register(sub)
+    hfcache.register(sub)
+
 
 def _extra(args: argparse.Namespace) -> list[str]:
     """The config overrides. Launch flags written after CONFIG land in `extra` too: take them.
@@ -76,7 +81,6 @@ def launch(args: argparse.Namespace) -> int:
     from halo.report import table
     from halo.train import config, launcher, registry
     from halo.train import preflight as pf
-    from halo.train.tokenizer import Tokenizer
 
     reg = registry.default()
     if args.list:
@@ -104,7 +108,7 @@ def launch(args: argparse.Namespace) -> int:
         sys.executable,
         accelerate_installed=importlib.util.find_spec("accelerate") is not None,
     )
-    checks = pf.gather(cfg, nproc, gpus, Tokenizer().vocab_size)
+    checks = pf.gather(cfg, nproc, gpus)
     if args.dry_run:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.env.items()))
         print(f"# launcher: {plan.launcher}, {plan.nproc} process(es)")
@@ -120,26 +124,40 @@ def launch(args: argparse.Namespace) -> int:
         )
         print("# resolved config")
         print(config.dump_yaml(cfg), end="")
+        print("# first example of each data source")
+        for line in _describe(spec.module, cfg):
+            print(line)
         return 0
     pf.failures(checks)
     print(f"halo launch: {shlex.join(plan.argv)}", file=sys.stderr, flush=True)
     env = {**os.environ, **plan.env}
     if plan.launcher == "python":
-        # Replace this process: a scheduler's SIGTERM then reaches the trainer itself.
+        from halo.train import stopping
+
+        # Replace this process: a scheduler's SIGTERM then reaches the trainer itself. Until
+        # the trainer's handler is in place the signals wait (the mask survives exec).
+        stopping.block()
         os.execve(plan.argv[0], plan.argv, env)
     from halo.train import supervise
 
     return supervise.run(plan.argv, env, cfg.job_dir)
 
 
+def _describe(module: str, cfg: object) -> list[str]:
+    """The method's view of each source's first example (rendered, loss mask in [[...]])."""
+    from halo.train import setup
+
+    tok = setup.load_tokenizer(cfg)  # type: ignore[arg-type]
+    return list(importlib.import_module(module).describe(cfg, tok))
+
+
 def preflight(args: argparse.Namespace) -> int:
     from halo.report import table
     from halo.train import config
     from halo.train import preflight as pf
-    from halo.train.tokenizer import Tokenizer
 
     cfg = config.load(args.config, args.method, _extra(args))
-    checks = pf.gather(cfg, args.nproc, pf.gpu_count(), Tokenizer().vocab_size)
+    checks = pf.gather(cfg, args.nproc, pf.gpu_count())
     print(
         table(
             ["check", "ok", "detail"], [[c.name, "yes" if c.ok else "NO", c.detail] for c in checks]

@@ -1,136 +1,209 @@
-"""The run config: one YAML file -> validated dataclasses.
+"""The run config: one YAML file -> validated pydantic models (through halo.schema).
 
 `runtime` describes the container (job name, paths, devices, parallelism, environment); the
-other sections describe training. Validation collects every problem, each as
-``<key path>: <what was expected>``, and rejects unknown keys. Relative paths in the YAML are
-relative to the YAML file; relative paths given as command-line overrides are relative to the
-current directory (that is where the person typing them is).
+other sections describe training. Validation reports every problem at once, each as
+``<key path>: <what was expected>``; unknown keys, duplicate YAML keys and non-finite numbers
+are errors. Relative paths in the YAML are relative to the YAML file; relative paths given as
+command-line overrides are relative to the current directory (where the person typed them).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import re
-import types
-import typing
-from dataclasses import dataclass, field
+import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from halo import schema
 from halo.errors import HaloError
 
+# Paths arrive as strings from YAML; every other field is strict (no "3" for 3).
+PathField = Annotated[Path, Field(strict=False)]
+Positive = Annotated[int, Field(gt=0)]
+NonNegative = Annotated[int, Field(ge=0)]
 
-@dataclass
-class Paths:
-    checkpoints: Path = Path("runs/checkpoints")
-    logs: Path = Path("runs/logs")
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
-@dataclass
-class Runtime:
-    job_name: str
-    paths: Paths = field(default_factory=Paths)
+class Paths(Section):
+    checkpoints: PathField = Path("runs/checkpoints")
+    logs: PathField = Path("runs/logs")
+
+
+class Runtime(Section):
+    job_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+    paths: Paths = Field(default_factory=Paths)
     # GPU devices the job may use: "all", or a list of indices (sets CUDA_VISIBLE_DEVICES).
-    devices: Literal["all"] | list[int] = "all"
+    devices: Literal["all"] | list[Annotated[int, Field(ge=0)]] = "all"
     # auto: none for one process; fsdp on GPUs, ddp on the CPU for several.
     parallel_mode: Literal["auto", "none", "ddp", "fsdp"] = "auto"
     # auto: python for one process, torchrun for several.
     launcher: Literal["auto", "python", "torchrun", "accelerate"] = "auto"
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    # online-grpo: the rollout server's OpenAI API (else $HALO_ROLLOUT_URL).
+    rollout_url: str | None = None
 
 
-@dataclass
-class Model:
-    # A model directory (config.json, model.safetensors, tokenizer.json) to start from;
-    # unset: a fresh model from the fields below, initialised from training.seed.
-    init_from: Path | None = None
-    hidden_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    intermediate_size: int = 128
-    max_seq_len: int = 256
-    rope_theta: float = 10000.0
-    rms_norm_eps: float = 1e-6
-    tie_embeddings: bool = True
+class Model(Section):
+    # A Hugging Face model: a local directory, or a Hub id already in the cache (HF_HOME).
+    name_or_path: str | None = None
+    # Or a fresh model from a Hugging Face config (model_type plus its fields), initialised
+    # from training.seed; vocab_size defaults to the tokenizer's size.
+    config: dict[str, Any] | None = None
+    # Tokenizer folder or Hub id (tokenizer.json + tokenizer_config.json); default name_or_path.
+    tokenizer: str | None = None
+    # A Jinja chat template file that replaces the tokenizer's own.
+    chat_template: PathField | None = None
     attention: Literal["auto", "sdpa", "fa2", "fa3", "fa4"] = "auto"
+    activation_checkpointing: bool = False
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Model:
+        if (self.name_or_path is None) == (self.config is None):
+            raise ValueError("set exactly one of name_or_path (pretrained) or config (fresh)")
+        if self.config is not None and not isinstance(self.config.get("model_type"), str):
+            raise ValueError("config needs a model_type (llama, qwen2, qwen3, ...)")
+        if self.name_or_path is None and self.tokenizer is None:
+            raise ValueError("a fresh model (config) needs a tokenizer (folder or Hub id)")
+        return self
 
 
-@dataclass
-class Data:
-    train: Path
+DataFormat = Literal["auto", "messages", "sharegpt", "prompt_completion", "preference", "grpo"]
+
+
+class Source(Section):
+    path: PathField
+    format: DataFormat = "auto"
+    # interleave: the chance that the next example comes from this source.
+    probability: Annotated[float, Field(gt=0, le=1)] | None = None
+    # ShareGPT as in LLaMA-Factory's dataset_info: which column holds the turns (messages),
+    # the system prompt (system) and the tools (tools) ...
+    columns: dict[str, str] = Field(default_factory=dict)
+    # ... and the keys and values inside a turn (role_tag, content_tag, user_tag, ...).
+    tags: dict[str, str] = Field(default_factory=dict)
+
+
+class Data(Section):
+    train: PathField | list[Source]
+    # A held-out set; or eval_fraction of train held out (deterministic, by training.seed).
+    eval: PathField | list[Source] | None = None
+    eval_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    # concat: every source in order; interleave: draw by probability until one runs out.
+    mix: Literal["concat", "interleave"] = "concat"
     # Longer examples are truncated (SFT) or dropped with a count (GRPO, DPO).
-    max_seq_len: int = 256
+    max_seq_len: Positive = 256
+    # SFT: each micro-batch is one row of concatenated examples, no padding (position_ids
+    # restart per example, so attention never crosses an example's border).
+    packing: bool = False
+
+    def sources(self, which: str = "train") -> list[Source]:
+        value = self.train if which == "train" else self.eval
+        if value is None:
+            return []
+        return [Source(path=value)] if isinstance(value, Path) else list(value)
 
 
-@dataclass
-class Optim:
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
-    eps: float = 1e-8
-    grad_clip: float = 1.0
+class Optim(Section):
+    # At most 1e30: AdamW's step (lr / bias correction) must fit in fp32.
+    lr: Annotated[float, Field(gt=0, le=1e30)] = 1e-3
+    weight_decay: Annotated[float, Field(ge=0)] = 0.0
+    betas: Annotated[
+        list[Annotated[float, Field(ge=0, lt=1)]], Field(min_length=2, max_length=2)
+    ] = Field(default_factory=lambda: [0.9, 0.95])
+    eps: Annotated[float, Field(gt=0)] = 1e-8
+    grad_clip: Annotated[float, Field(ge=0)] = 1.0
     scheduler: Literal["constant", "cosine", "linear"] = "cosine"
-    warmup_steps: int = 0
-    min_lr_ratio: float = 0.1
+    warmup_steps: NonNegative = 0
+    min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.1
 
 
-@dataclass
-class Training:
-    seed: int = 0
-    # Sequences (SFT) or groups (GRPO) per optimizer step, summed over all processes.
-    global_batch_size: int = 8
+class Training(Section):
+    seed: NonNegative = 0
+    # Sequences (SFT), pairs (DPO) or groups (GRPO) per optimizer step, over all processes.
+    global_batch_size: Positive = 8
     # Per process per forward; the rest is gradient accumulation. Unset: the whole share.
-    micro_batch_size: int | None = None
-    epochs: int = 1
+    micro_batch_size: Positive | None = None
+    epochs: Positive = 1
     # Stops earlier than `epochs` when set.
-    max_steps: int | None = None
+    max_steps: Positive | None = None
     precision: Literal["fp32", "bf16"] = "fp32"
+    # Eval loss every N steps (0: only at the end), when data has an eval set.
+    eval_every_steps: NonNegative = 0
 
 
-@dataclass
-class Checkpoint:
-    # 0: only at the end (and on SIGTERM).
-    every_steps: int = 0
-    # Complete checkpoints to keep; 0 keeps all.
-    keep_last: int = 2
+class Checkpoint(Section):
+    # 0: only at the end (and on SIGTERM/SIGINT).
+    every_steps: NonNegative = 0
+    # Complete checkpoints of this run to keep; 0 keeps all.
+    keep_last: NonNegative = 2
+    # false: start a new run lineage in the job folder; older checkpoints are left alone.
     resume: bool = True
 
 
-@dataclass
-class Logging:
-    every_steps: int = 1
+class Logging(Section):
+    every_steps: Positive = 1
 
 
-@dataclass
-class Grpo:
-    clip_eps: float = 0.2
-    kl_coef: float = 0.0
-    # reference: the frozen starting model generated the completions (the behaviour policy).
-    # current: the policy at the start of each batch, updated updates_per_batch times.
-    old_policy: Literal["reference", "current"] = "reference"
-    updates_per_batch: int = 1
-    adv_eps: float = 1e-6
+class Grpo(Section):
+    clip_eps: Annotated[float, Field(gt=0)] = 0.2
+    kl_coef: Annotated[float, Field(ge=0)] = 0.0
+    # current: the policy at the start of each batch (ratio 1 on its first update pass).
+    # reference: the frozen starting model is taken as the behaviour policy for the whole run.
+    old_policy: Literal["current", "reference"] = "current"
+    updates_per_batch: Positive = 1
+    # Advantage = (reward - group mean) / (std + adv_eps): std of the group (sample std, as
+    # TRL), of the whole batch, or none (Dr. GRPO).
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    adv_eps: Annotated[float, Field(gt=0)] = 1e-4
+    # token: every completion token weighs the same (DAPO); sequence: each completion's mean
+    # token loss, averaged over completions (DeepSeekMath's GRPO).
+    loss_type: Literal["token", "sequence"] = "token"
 
 
-@dataclass
-class Dpo:
-    beta: float = 0.1
+class Rollout(Section):
+    """online-grpo: how completions are sampled, scored and the weights pushed back."""
+
+    # A Python callable f(completion: str, row: dict) -> float, as 'package.module:function'.
+    reward: str = "halo.train.rewards:exact_match"
+    n: Annotated[int, Field(ge=2)] = 4  # completions per prompt: one group
+    max_tokens: Positive = 32
+    temperature: Annotated[float, Field(ge=0)] = 1.0
+    # Held-out prompts (data.eval) sampled every this many steps (n each, this temperature,
+    # a fixed seed): the mean reward curve. 0: never.
+    eval_every_steps: NonNegative = 5
+    timeout_s: Annotated[float, Field(gt=0)] = 120.0
+    # Tries of a rollout or push whose failure is transient (server down, timeout, 5xx).
+    attempts: Positive = 2
+    backoff_s: Annotated[float, Field(ge=0)] = 5.0
+    # The served model's name (unset: the first the server lists).
+    model_name: str | None = None
+    # Where pushed weights are written (default <checkpoints>/<job>/served), and the same
+    # folder as the server sees it when it runs elsewhere (another container's mount).
+    export_dir: PathField | None = None
+    export_dir_on_server: str | None = None
+    # Largest gap between the server's and the policy's probe log-probs after a push.
+    check_tolerance: Annotated[float, Field(gt=0)] = 1e-3
 
 
-@dataclass
-class Config:
+class Dpo(Section):
+    beta: Annotated[float, Field(gt=0)] = 0.1
+
+
+class Config(Section):
     runtime: Runtime
     data: Data
-    model: Model = field(default_factory=Model)
-    optim: Optim = field(default_factory=Optim)
-    training: Training = field(default_factory=Training)
-    checkpoint: Checkpoint = field(default_factory=Checkpoint)
-    logging: Logging = field(default_factory=Logging)
+    model: Model
+    optim: Optim = Field(default_factory=Optim)
+    training: Training = Field(default_factory=Training)
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    logging: Logging = Field(default_factory=Logging)
     grpo: Grpo | None = None
     dpo: Dpo | None = None
+    rollout: Rollout | None = None
 
     @property
     def job_dir(self) -> Path:
@@ -142,253 +215,109 @@ class Config:
 
 
 # Sections only one method reads; elsewhere they are a mistake worth reporting.
-METHOD_SECTIONS = {"grpo": "offline-grpo", "dpo": "preference/dpo"}
-
-
-class _Loader(yaml.SafeLoader):
-    """YAML 1.1 reads `1e-5` as a string; people mean a float."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)$"),
-    list("-+0123456789"),
-)
+METHOD_SECTIONS = {
+    "grpo": ("offline-grpo", "online-grpo"),
+    "dpo": ("preference/dpo",),
+    "rollout": ("online-grpo",),
+}
+# Keys whose string values are local paths (resolved against the YAML's folder).
+PATH_KEYS = {"checkpoints", "logs", "train", "eval", "path", "chat_template", "export_dir"}
+# Keys that name a local folder when one exists there, else a Hub id.
+MAYBE_PATH_KEYS = {"name_or_path", "tokenizer"}
 
 
 def parse_yaml(text: str, where: str) -> Any:
-    try:
-        return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        raise HaloError(f"{where}: not valid YAML: {' '.join(str(exc).split())}") from exc
+    return schema.load_yaml(text, where)
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise HaloError(f"{path}: cannot read config ({exc.strerror})") from exc
-    data = parse_yaml(text, str(path))
+    data = schema.read_yaml(path)
     if not isinstance(data, dict):
         raise HaloError(f"{path}: expected a mapping of sections at the top level")
     return data
 
 
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return " or ".join(repr(a) for a in typing.get_args(tp))
-    if origin in (types.UnionType, typing.Union):
-        return " or ".join(_type_name(a) for a in typing.get_args(tp))
-    if origin is list:
-        return f"list of {_type_name(typing.get_args(tp)[0])}"
-    if origin is dict:
-        return "mapping of strings"
-    if tp is type(None):
-        return "null"
-    if tp is Path:
-        return "path"
-    if dataclasses.is_dataclass(tp):
-        return "mapping"
-    return getattr(tp, "__name__", str(tp))
-
-
-def _got(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def _convert(tp: Any, value: Any, key: str, errors: list[str]) -> Any:
-    """``value`` as type ``tp``, or a recorded error (and None)."""
-    origin = typing.get_origin(tp)
-    if origin in (types.UnionType, typing.Union):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        others = [a for a in args if a is not type(None)]
-        if len(others) == 1:
-            # `X | None` with a value: report X's own, more precise, problems.
-            return _convert(others[0], value, key, errors)
-        for arg in others:
-            trial: list[str] = []
-            out = _convert(arg, value, key, trial)
-            if not trial:
-                return out
-        errors.append(f"{key}: expected {_type_name(tp)}, got {_got(value)} {value!r}")
-        return None
-    if tp is type(None):
-        if value is not None:
-            errors.append(f"{key}: expected null")
-        return None
-    if origin is Literal:
-        if value not in typing.get_args(tp):
-            errors.append(f"{key}: expected one of {_type_name(tp)}, got {value!r}")
+def _resolve(value: Any, base: Path, maybe: bool = False) -> Any:
+    if not isinstance(value, str) or not value or Path(value).is_absolute():
         return value
-    if origin is list:
-        if not isinstance(value, list):
-            errors.append(f"{key}: expected {_type_name(tp)}, got {_got(value)}")
-            return None
-        (arg,) = typing.get_args(tp)
-        return [_convert(arg, v, f"{key}[{i}]", errors) for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            errors.append(f"{key}: expected {_type_name(tp)}, got {_got(value)}")
-            return None
-        out = {}
-        for k, v in value.items():
-            if not isinstance(v, str | int | float) or isinstance(v, bool):
-                errors.append(f"{key}.{k}: expected a string, got {_got(v)}")
-            out[str(k)] = str(v)
-        return out
-    if dataclasses.is_dataclass(tp):
-        return _build(tp, value, key, errors)
-    if tp is bool:
-        if not isinstance(value, bool):
-            errors.append(f"{key}: expected bool, got {_got(value)} {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            errors.append(f"{key}: expected int, got {_got(value)} {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            errors.append(f"{key}: expected float, got {_got(value)} {value!r}")
-            return value
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str) or not value:
-            errors.append(f"{key}: expected a non-empty string, got {_got(value)} {value!r}")
-        return value
-    if tp is Path:
-        if not isinstance(value, str) or not value:
-            errors.append(f"{key}: expected a path (string), got {_got(value)} {value!r}")
-            return None
-        return Path(value)
-    raise TypeError(f"unsupported config type {tp!r}")  # a schema bug, not user input
+    local = (base / value).resolve()
+    return str(local) if not maybe or local.is_dir() else value
 
 
-def _build(cls: type, value: Any, key: str, errors: list[str]) -> Any:
-    where = f"{key}: " if key else ""
-    if not isinstance(value, dict):
-        errors.append(f"{where or 'config: '}expected a mapping, got {_got(value)}")
-        return None
-    before = len(errors)
-    hints = typing.get_type_hints(cls)
-    names = {f.name: f for f in dataclasses.fields(cls)}
-    for k in value:
-        if k not in names:
-            errors.append(f"{key + '.' if key else ''}{k}: unknown key (known: {', '.join(names)})")
-    kwargs = {}
-    for name, f in names.items():
-        sub = f"{key}.{name}" if key else name
-        if name in value:
-            kwargs[name] = _convert(hints[name], value[name], sub, errors)
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            errors.append(f"{sub}: required key is missing")
-    if len(errors) > before:
-        # Something below was wrong; the caller reports the errors and never sees this object.
-        return None
-    try:
-        return cls(**kwargs)
-    except TypeError:
-        return None
-
-
-def _check_values(cfg: Config, method: str | None, raw: dict[str, Any], errors: list[str]) -> None:
-    """Rules that span keys or bound values; type errors were found already."""
-
-    def positive(key: str, v: int | float | None, allow_zero: bool = False) -> None:
-        if v is not None and (v < 0 or (v == 0 and not allow_zero)):
-            errors.append(f"{key}: expected {'>= 0' if allow_zero else '> 0'}, got {v}")
-
-    t, m, o = cfg.training, cfg.model, cfg.optim
-    positive("training.global_batch_size", t.global_batch_size)
-    positive("training.micro_batch_size", t.micro_batch_size)
-    positive("training.epochs", t.epochs)
-    positive("training.max_steps", t.max_steps)
-    positive("optim.lr", o.lr)
-    positive("optim.warmup_steps", o.warmup_steps, allow_zero=True)
-    positive("optim.grad_clip", o.grad_clip, allow_zero=True)
-    positive("checkpoint.every_steps", cfg.checkpoint.every_steps, allow_zero=True)
-    positive("checkpoint.keep_last", cfg.checkpoint.keep_last, allow_zero=True)
-    positive("logging.every_steps", cfg.logging.every_steps)
-    positive("data.max_seq_len", cfg.data.max_seq_len)
-    for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size"):
-        positive(f"model.{k}", getattr(m, k))
-    if m.num_heads and m.hidden_size % m.num_heads:
-        errors.append(
-            f"model.hidden_size: {m.hidden_size} is not divisible by num_heads {m.num_heads}"
-        )
-    if m.num_heads and m.num_kv_heads and m.num_heads % m.num_kv_heads:
-        errors.append(
-            f"model.num_kv_heads: {m.num_kv_heads} does not divide num_heads {m.num_heads}"
-        )
-    if m.num_heads and (m.hidden_size // m.num_heads) % 2:
-        errors.append("model.hidden_size: head dim (hidden_size / num_heads) must be even for RoPE")
-    if cfg.data.max_seq_len > m.max_seq_len:
-        errors.append(
-            f"data.max_seq_len: {cfg.data.max_seq_len} exceeds model.max_seq_len {m.max_seq_len}"
-        )
-    if len(o.betas) != 2 or not all(0 <= b < 1 for b in o.betas):
-        errors.append(f"optim.betas: expected two numbers in [0, 1), got {o.betas}")
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", cfg.runtime.job_name):
-        errors.append(
-            f"runtime.job_name: expected letters, digits, '.', '_' or '-', got {cfg.runtime.job_name!r}"
-        )
-    if method is not None:
-        for section, owner in METHOD_SECTIONS.items():
-            if section in raw and owner != method:
-                errors.append(f"{section}: section is for method {owner}, not {method}")
-    if cfg.grpo is not None:
-        positive("grpo.clip_eps", cfg.grpo.clip_eps)
-        positive("grpo.kl_coef", cfg.grpo.kl_coef, allow_zero=True)
-        positive("grpo.updates_per_batch", cfg.grpo.updates_per_batch)
-
-
-def _check_paths(raw: dict[str, Any], errors: list[str]) -> None:
-    """Input paths must exist; checked even when other keys are wrong, so all show at once."""
-    for section, key, kind in (("data", "train", "file"), ("model", "init_from", "directory")):
-        v = raw.get(section, {}).get(key) if isinstance(raw.get(section), dict) else None
-        if isinstance(v, str) and v:
-            ok = Path(v).is_file() if kind == "file" else Path(v).is_dir()
-            if not ok:
-                errors.append(f"{section}.{key}: {kind} not found: {v}")
-
-
-def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
-    """Make the YAML's relative paths relative to the YAML file (in place, before building)."""
-
-    def fix(section: dict[str, Any], key: str) -> None:
-        v = section.get(key)
-        if isinstance(v, str) and v and not Path(v).is_absolute():
-            section[key] = str((base / v).resolve())
-
+def resolve_paths(raw: dict[str, Any], base: Path) -> None:
+    """Make the YAML's relative paths relative to ``base`` (in place, before validation)."""
     rt = raw.get("runtime")
-    if isinstance(rt, dict) and isinstance(rt.get("paths"), dict):
-        for k in ("checkpoints", "logs"):
-            fix(rt["paths"], k)
-    elif isinstance(rt, dict) and "paths" not in rt:
-        rt["paths"] = {k: str((base / v).resolve()) for k, v in dataclasses.asdict(Paths()).items()}
-    if isinstance(raw.get("data"), dict):
-        fix(raw["data"], "train")
-    if isinstance(raw.get("model"), dict):
-        fix(raw["model"], "init_from")
+    if isinstance(rt, dict):
+        paths = rt.setdefault("paths", {})
+        if isinstance(paths, dict):
+            for k, default in (("checkpoints", "runs/checkpoints"), ("logs", "runs/logs")):
+                paths[k] = _resolve(paths.get(k, default), base)
+    data = raw.get("data")
+    if isinstance(data, dict):
+        for key in ("train", "eval"):
+            v = data.get(key)
+            if isinstance(v, list):
+                for src in v:
+                    if isinstance(src, dict):
+                        src["path"] = _resolve(src.get("path"), base)
+            else:
+                data[key] = _resolve(v, base)
+    ro = raw.get("rollout")
+    if isinstance(ro, dict) and ro.get("export_dir") is not None:
+        ro["export_dir"] = _resolve(ro["export_dir"], base)
+    model = raw.get("model")
+    if isinstance(model, dict):
+        model["chat_template"] = _resolve(model.get("chat_template"), base)
+        for key in MAYBE_PATH_KEYS:
+            model[key] = _resolve(model.get(key), base, maybe=True)
+        for key in ("chat_template", *MAYBE_PATH_KEYS):
+            if model[key] is None:
+                del model[key]
+
+
+def _check(cfg: Config, method: str | None, raw: dict[str, Any]) -> list[str]:
+    """Rules that span keys; field types and ranges were checked by the models."""
+    errors = []
+    d = cfg.data
+    for which in ("train", "eval"):
+        for n, src in enumerate(d.sources(which)):
+            where = f"data.{which}" + (f"[{n}].path" if isinstance(getattr(d, which), list) else "")
+            if not src.path.is_file():
+                errors.append(f"{where}: file not found: {src.path}")
+    if d.mix == "interleave":
+        probs = [s.probability for s in d.sources()]
+        if None in probs:
+            errors.append("data.mix: interleave needs a probability on every data.train source")
+        elif not math.isclose(sum(probs), 1.0, abs_tol=1e-6):  # type: ignore[arg-type]
+            errors.append(f"data.train: probabilities add up to {sum(probs)}, expected 1")  # type: ignore[arg-type]
+    if d.eval is not None and d.eval_fraction:
+        errors.append("data.eval_fraction: set either data.eval or data.eval_fraction, not both")
+    if (
+        cfg.training.micro_batch_size
+        and cfg.training.micro_batch_size > cfg.training.global_batch_size
+    ):
+        errors.append("training.micro_batch_size: larger than training.global_batch_size")
+    if method is not None:
+        for section, owners in METHOD_SECTIONS.items():
+            if section in raw and method not in owners:
+                errors.append(
+                    f"{section}: section is for method {' or '.join(owners)}, not {method}"
+                )
+    return errors
 
 
 def from_dict(raw: dict[str, Any], method: str | None, where: str) -> Config:
-    errors: list[str] = []
-    cfg = _build(Config, raw, "", errors)
-    if cfg is not None and not errors:
-        _check_values(cfg, method, raw, errors)
-    _check_paths(raw, errors)
-    if method == "offline-grpo" and cfg is not None and cfg.grpo is None:
-        cfg.grpo = Grpo()
-    if method == "preference/dpo" and cfg is not None and cfg.dpo is None:
-        cfg.dpo = Dpo()
+    cfg = schema.validate(Config, raw, where)
+    errors = _check(cfg, method, raw)
     if errors:
         n = len(errors)
-        raise HaloError(
-            f"{where}: {n} problem{'s' if n > 1 else ''} in the config:\n  " + "\n  ".join(errors)
-        )
+        raise HaloError(f"{where}: {n} problem{'s' if n > 1 else ''}: " + "; ".join(errors))
+    if method in ("offline-grpo", "online-grpo") and cfg.grpo is None:
+        cfg.grpo = Grpo()
+    if method == "online-grpo" and cfg.rollout is None:
+        cfg.rollout = Rollout()
+    if method == "preference/dpo" and cfg.dpo is None:
+        cfg.dpo = Dpo()
     return cfg
 
 
@@ -398,24 +327,14 @@ def load(path: Path, method: str | None, overrides: list[str] | None = None) -> 
 
     path = path.resolve()
     raw = read_yaml(path)
-    _resolve_paths(raw, path.parent)
+    resolve_paths(raw, path.parent)
     ov.apply(raw, ov.parse(overrides or []), schema=Config)
     return from_dict(raw, method, str(path))
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:
     """Plain data (paths as strings, unset method sections dropped) for YAML/JSON output."""
-
-    def plain(v: Any) -> Any:
-        if isinstance(v, Path):
-            return str(v)
-        if isinstance(v, dict):
-            return {k: plain(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [plain(x) for x in v]
-        return v
-
-    return {k: plain(v) for k, v in dataclasses.asdict(cfg).items() if v is not None}
+    return cfg.model_dump(mode="json", exclude_none=True)
 
 
 def dump_yaml(cfg: Config) -> str:

@@ -51,6 +51,14 @@ class Context:
         if self.world > 1:
             dist.barrier()
 
+    def broadcast(self, value: Any) -> Any:
+        """Rank 0's ``value`` on every process (a decision only rank 0 may make)."""
+        if self.world == 1:
+            return value
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
 
 def init(env: dict[str, str] | None = None) -> Context:
     env = dict(os.environ if env is None else env)
@@ -95,8 +103,20 @@ def resolve_mode(requested: str, world: int, cuda: bool) -> str:
     return requested
 
 
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The transformer blocks of a transformers causal LM (``model.model.layers``)."""
+    for name, module in model.named_modules():
+        if name.endswith("layers") and isinstance(module, nn.ModuleList):
+            return list(module)
+    raise HaloError(f"model: no decoder layers found in {type(model).__name__}")
+
+
 def wrap(model: nn.Module, mode: str, ctx: Context, bf16: bool) -> nn.Module:
-    """DDP or FSDP2 around ``model`` (already on ctx.device); unchanged for one process."""
+    """DDP or FSDP2 around ``model``; unchanged for one process.
+
+    For FSDP the model may still be on the meta device: sharding first, then materialising
+    (``materialise``), keeps every rank's memory to its shard.
+    """
     if mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
@@ -110,10 +130,17 @@ def wrap(model: nn.Module, mode: str, ctx: Context, bf16: bool) -> nn.Module:
             param_dtype=torch.bfloat16 if bf16 else torch.float32, reduce_dtype=torch.float32
         )
         # Shard block by block, then the root (embeddings, final norm, head).
-        for layer in model.layers:
+        for layer in decoder_layers(model):
             fully_shard(layer, mp_policy=mp)
         fully_shard(model, mp_policy=mp)
     return model
+
+
+def materialise(model: nn.Module, full: dict[str, torch.Tensor] | None, ctx: Context) -> None:
+    """Give a sharded meta model real storage and rank 0's full weights, shard by shard."""
+    model.to_empty(device=ctx.device)
+    opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False)
+    set_model_state_dict(model, full if ctx.is_main else {}, options=opts)
 
 
 def no_sync(model: nn.Module, last: bool) -> Any:

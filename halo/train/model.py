@@ -1,184 +1,141 @@
-"""A Llama/Qwen-style decoder (RMSNorm, RoPE, GQA attention, SwiGLU MLP) built from a dataclass."""
+"""Models through transformers: a pretrained folder or cached Hub id, or fresh from a config.
+
+Llama, Qwen2 (q/k/v bias), Qwen3 (q/k norm) and every other causal LM transformers knows.
+The attention kernel is chosen by halo.train.attention and handed to transformers as its
+``attn_implementation``. For FSDP a model is built on the meta device (no weights at all)
+and only rank 0 holds a full copy to broadcast from, so no rank materialises the whole model
+beside its shard.
+"""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional
 
 from halo.errors import HaloError
+from halo.train.config import Model
+from halo.train.tokenizer import ChatTokenizer
+
+# halo.train.attention's backends -> transformers' attn_implementation names.
+ATTN_IMPLEMENTATION = {
+    "sdpa": "sdpa",
+    "fa2": "flash_attention_2",
+    "fa3": "flash_attention_3",
+    "fa4": "flash_attention_4",
+}
+# config.json keys that say how a model was saved, not what it is (ignored when comparing).
+VOLATILE = {
+    "transformers_version",
+    "architectures",
+    "_name_or_path",
+    "dtype",
+    "torch_dtype",
+    "attn_implementation",
+    "_attn_implementation_autoset",
+    "use_cache",
+    "output_hidden_states",
+    "output_attentions",
+    "return_dict",
+}
 
 
-@dataclass(frozen=True)
-class ModelConfig:
-    vocab_size: int
-    hidden_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    intermediate_size: int = 128
-    max_seq_len: int = 256
-    rope_theta: float = 10000.0
-    rms_norm_eps: float = 1e-6
-    tie_embeddings: bool = True
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
-    def to_json(self) -> str:
-        return json.dumps({"architecture": "halo-decoder", **asdict(self)}, indent=2) + "\n"
-
-    @classmethod
-    def load(cls, path: Path) -> ModelConfig:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise HaloError(f"{path}: not a readable model config ({exc})") from exc
-        known = {f.name for f in fields(cls)}
-        if data.get("architecture") != "halo-decoder" or "vocab_size" not in data:
-            raise HaloError(f"{path}: expected architecture 'halo-decoder' with a vocab_size")
-        return cls(**{k: v for k, v in data.items() if k in known})
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
+def hf_config(m: Model, tok: ChatTokenizer) -> Any:
+    """The model's transformers config: from name_or_path, or built from model.config."""
+    from transformers import AutoConfig
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in fp32 even under bf16: the variance of small activations underflows.
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (xf * self.weight.float()).to(x.dtype)
-
-
-def rope_tables(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2).float() / cfg.head_dim))
-    freqs = torch.outer(torch.arange(cfg.max_seq_len).float(), inv)
-    return freqs.cos(), freqs.sin()
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # x: (B, T, H, D); rotate the two halves of each head (the Llama/Qwen convention).
-    d = x.shape[-1] // 2
-    x1, x2 = x[..., :d], x[..., d:]
-    cos, sin = cos[None, :, None, :].to(x.dtype), sin[None, :, None, :].to(x.dtype)
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-
-
-class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
-        hd = cfg.head_dim
-        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * hd, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * hd, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * hd, bias=False)
-        self.o_proj = nn.Linear(cfg.num_heads * hd, cfg.hidden_size, bias=False)
-        # Set by the trainer from attention.select(); None means torch SDPA.
-        self.flash: Callable | None = None
-
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        b, t, _ = x.shape
-        hd, nh, nkv = self.cfg.head_dim, self.cfg.num_heads, self.cfg.num_kv_heads
-        q = apply_rope(self.q_proj(x).view(b, t, nh, hd), cos, sin)
-        k = apply_rope(self.k_proj(x).view(b, t, nkv, hd), cos, sin)
-        v = self.v_proj(x).view(b, t, nkv, hd)
-        if self.flash is not None:
-            out = self.flash(q, k, v, causal=True)
-            # FA3/FA4 return (out, lse); FA2 returns out.
-            out = out[0] if isinstance(out, tuple) else out
+    try:
+        if m.name_or_path is not None:
+            conf = AutoConfig.from_pretrained(m.name_or_path, local_files_only=True)
         else:
-            # Sequences are right-padded, so the causal mask alone keeps real tokens clean.
-            out = functional.scaled_dot_product_attention(
-                q.transpose(1, 2),
-                k.transpose(1, 2),
-                v.transpose(1, 2),
-                is_causal=True,
-                enable_gqa=nkv != nh,
-            ).transpose(1, 2)
-        return self.o_proj(out.reshape(b, t, nh * hd))
+            fields = dict(m.config or {})
+            model_type = fields.pop("model_type")
+            fields.setdefault("vocab_size", tok.vocab_size)
+            fields.setdefault("eos_token_id", tok.eos_id)
+            fields.setdefault("pad_token_id", tok.pad_id)
+            conf = AutoConfig.for_model(model_type, **fields)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        where = m.name_or_path or "model.config"
+        raise HaloError(f"{where}: not a usable model config ({_one_line(exc)})") from None
+    if not getattr(conf, "architectures", None):
+        # Servers pick the model class from config.json's architectures: without it vLLM
+        # resolves "LlamaModel" (no LM head) and serves other logits than the trainer's.
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+        conf.architectures = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[conf.model_type]]
+    if conf.vocab_size < tok.vocab_size:
+        raise HaloError(
+            f"model: vocab_size {conf.vocab_size} is smaller than the tokenizer's {tok.vocab_size}"
+        )
+    return conf
 
 
-class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+def build(
+    m: Model, conf: Any, attention: str, seed: int, device: str | torch.device = "cpu"
+) -> nn.Module:
+    """A model in fp32 on ``device`` ("meta": shapes only, for sharding before materialising)."""
+    from transformers import AutoModelForCausalLM
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(functional.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.input_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.attn = Attention(cfg)
-        self.post_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = MLP(cfg)
-
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.input_norm(x), cos, sin)
-        return x + self.mlp(self.post_norm(x))
-
-
-class Decoder(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        if cfg.hidden_size % cfg.num_heads or cfg.num_heads % cfg.num_kv_heads:
-            raise HaloError(
-                "model: hidden_size must divide by num_heads, num_heads by num_kv_heads"
+    impl = ATTN_IMPLEMENTATION[attention]
+    torch.manual_seed(seed)
+    try:
+        if m.name_or_path is not None and str(device) != "meta":
+            model = AutoModelForCausalLM.from_pretrained(
+                m.name_or_path,
+                config=conf,
+                attn_implementation=impl,
+                dtype=torch.float32,
+                local_files_only=True,
             )
-        self.cfg = cfg
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        if cfg.tie_embeddings:
-            self.lm_head.weight = self.embed.weight
-        cos, sin = rope_tables(cfg)
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        std = 0.02
-        for name, p in self.named_parameters():
-            if p.dim() == 2:
-                # Residual output projections are scaled down with depth (GPT-2 style).
-                scale = (
-                    (2 * self.cfg.num_layers) ** -0.5
-                    if name.endswith(("o_proj.weight", "down_proj.weight"))
-                    else 1.0
+        else:
+            with torch.device(device):
+                model = AutoModelForCausalLM.from_config(
+                    conf, attn_implementation=impl, dtype=torch.float32
                 )
-                nn.init.normal_(p, mean=0.0, std=std * scale)
-            else:
-                nn.init.ones_(p)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        where = m.name_or_path or "model.config"
+        raise HaloError(f"{where}: cannot build the model ({_one_line(exc)})") from None
+    if m.activation_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
 
-    def set_attention(self, flash: Callable | None) -> None:
-        for layer in self.layers:
-            layer.attn.flash = flash
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        t = input_ids.shape[1]
-        if t > self.cfg.max_seq_len:
-            raise ValueError(
-                f"sequence length {t} exceeds model.max_seq_len {self.cfg.max_seq_len}"
-            )
-        cos, sin = self.rope_cos[:t], self.rope_sin[:t]
-        x = self.embed(input_ids)
-        for layer in self.layers:
-            x = layer(x, cos, sin)
-        return self.lm_head(self.norm(x))
+def restore_buffers(model: nn.Module, device: torch.device) -> None:
+    """Recompute non-persistent buffers (rotary tables) after ``to_empty`` left them garbage.
+
+    They are not in any state dict, so loading weights does not fix them; each module that
+    owns one is built again (small: no weights) on ``device`` and its buffers copied over.
+    """
+    conf = model.config
+    for module in model.modules():
+        names = getattr(module, "_non_persistent_buffers_set", set())
+        if not names:
+            continue
+        try:
+            with torch.device(device):
+                fresh = type(module)(conf)
+        except TypeError as exc:
+            raise HaloError(
+                f"model: cannot rebuild {type(module).__name__} after meta init ({exc})"
+            ) from None
+        for name in names:
+            setattr(module, name, getattr(fresh, name).to(device))
+
+
+def architecture(conf: Any) -> dict[str, Any]:
+    """What must match for weights to fit: the config minus how and where it was saved."""
+    return {k: v for k, v in conf.to_dict().items() if k not in VOLATILE}
+
+
+def logits(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    kwargs = {k: batch[k] for k in ("attention_mask", "position_ids") if k in batch}
+    return model(input_ids=batch["input_ids"], use_cache=False, **kwargs).logits
 
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -186,3 +143,7 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return -functional.cross_entropy(
         logits.float().flatten(0, 1), targets.flatten(), reduction="none"
     ).view_as(targets)
+
+
+def batch_logprobs(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    return token_logprobs(logits(model, batch), batch["targets"])

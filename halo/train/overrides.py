@@ -6,10 +6,11 @@ last part (`lr` -> `optim.lr`). Values are parsed as YAML (`3`, `1e-5`, `[0, 1]`
 
 from __future__ import annotations
 
-import dataclasses
 import typing
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
 
 from halo.errors import HaloError
 
@@ -30,24 +31,25 @@ def parse(args: list[str]) -> list[tuple[str, Any]]:
     return out
 
 
-def _leaf_paths(schema: type, prefix: str = "") -> list[str]:
+def _section(tp: Any) -> type[BaseModel] | None:
+    """The pydantic model inside ``tp`` (``X``, ``X | None``), if any."""
+    for arg in (tp, *typing.get_args(tp)):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+def _leaf_paths(schema: type[BaseModel], prefix: str = "") -> list[str]:
     """Every dotted key path the schema accepts."""
-    hints = typing.get_type_hints(schema)
     out = []
-    for f in dataclasses.fields(schema):
-        tp = hints[f.name]
-        inner = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)] or (
-            [tp] if dataclasses.is_dataclass(tp) else []
-        )
-        path = f"{prefix}{f.name}"
-        if inner:
-            out += _leaf_paths(inner[0], path + ".")
-        else:
-            out.append(path)
+    for name, field in schema.model_fields.items():
+        inner = _section(field.annotation)
+        path = f"{prefix}{name}"
+        out += _leaf_paths(inner, path + ".") if inner else [path]
     return out
 
 
-def resolve_key(key: str, schema: type) -> str:
+def resolve_key(key: str, schema: type[BaseModel]) -> str:
     paths = _leaf_paths(schema)
     if key in paths or "." in key:
         return key
@@ -61,7 +63,9 @@ def resolve_key(key: str, schema: type) -> str:
     return key  # unknown: validation reports it with its path
 
 
-def apply(raw: dict[str, Any], edits: list[tuple[str, Any]], schema: type) -> None:
+def apply(raw: dict[str, Any], edits: list[tuple[str, Any]], schema: type[BaseModel]) -> None:
+    from halo.train.config import resolve_paths
+
     for key, value in edits:
         full = resolve_key(key, schema)
         node = raw
@@ -71,7 +75,25 @@ def apply(raw: dict[str, Any], edits: list[tuple[str, Any]], schema: type) -> No
             if not isinstance(nxt, dict):
                 raise HaloError(f"override --{key}: {part} is not a section")
             node = nxt
-        if isinstance(value, str) and parts[-1] in {"checkpoints", "logs", "train", "init_from"}:
-            # Paths typed on the command line are relative to where they were typed.
-            value = str(Path(value).resolve()) if value else value
         node[parts[-1]] = value
+        if parts[0] in ("data", "model", "runtime"):
+            # Paths typed on the command line are relative to where they were typed.
+            single = {parts[0]: _subtree(raw[parts[0]], parts[1:])}
+            resolve_paths(single, Path.cwd())
+            node[parts[-1]] = _pick(single[parts[0]], parts[1:], value)
+
+
+def _subtree(node: Any, parts: list[str]) -> Any:
+    """A copy of ``node`` holding only the path ``parts`` (what resolve_paths should look at)."""
+    if not parts or not isinstance(node, dict):
+        return node
+    head, rest = parts[0], parts[1:]
+    return {head: _subtree(node.get(head), rest)} if head in node else {}
+
+
+def _pick(node: Any, parts: list[str], default: Any) -> Any:
+    for part in parts:
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node

@@ -40,24 +40,59 @@ def writable(key: str, path: Path) -> Check:
     return Check(key, True, f"{path} (writable)")
 
 
-def base_model(cfg: Config) -> Check:
-    src = cfg.model.init_from
-    if src is None:
-        return Check("model.init_from", True, "unset: a fresh model built from the model section")
-    missing = [f for f in ("config.json", "model.safetensors") if not (src / f).is_file()]
-    if missing:
-        return Check("model.init_from", False, f"{src}: missing {', '.join(missing)}")
+def _cached(repo: str, name: str) -> Path | None:
     try:
-        arch = json.loads((src / "config.json").read_text()).get("architecture")
-    except (OSError, ValueError) as exc:
-        return Check("model.init_from", False, f"{src / 'config.json'}: unreadable ({exc})")
-    if arch != "halo-decoder":
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    try:
+        got = try_to_load_from_cache(repo, name)
+    except ValueError:  # not a valid Hub id
+        return None
+    return Path(got) if isinstance(got, str) else None
+
+
+def _locate(source: str, name: str) -> Path | None:
+    """``name`` in a local folder, or in the Hugging Face cache for a Hub id."""
+    local = Path(source)
+    if local.is_dir():
+        return local / name if (local / name).is_file() else None
+    return _cached(source, name)
+
+
+def base_model(cfg: Config) -> Check:
+    m = cfg.model
+    if m.name_or_path is None:
+        kind = (m.config or {}).get("model_type")
         return Check(
-            "model.init_from",
-            False,
-            f"{src / 'config.json'}: architecture {arch!r}, expected 'halo-decoder'",
+            "model", True, f"a fresh {kind} model from model.config (seed {cfg.training.seed})"
         )
-    return Check("model.init_from", True, f"{src} (config.json, model.safetensors)")
+    src = m.name_or_path
+    if _locate(src, "config.json") is None:
+        where = "folder" if Path(src).is_dir() else "Hugging Face cache (halo hf-cache seed)"
+        return Check("model.name_or_path", False, f"{src}: no config.json in the {where}")
+    weights = [n for n in ("model.safetensors", "model.safetensors.index.json") if _locate(src, n)]
+    if not weights:
+        return Check("model.name_or_path", False, f"{src}: no model.safetensors (or its index)")
+    return Check("model.name_or_path", True, f"{src} (config.json, {weights[0]})")
+
+
+def tokenizer(cfg: Config) -> Check:
+    src = cfg.model.tokenizer or cfg.model.name_or_path or ""
+    key = "model.tokenizer" if cfg.model.tokenizer else "model.name_or_path"
+    if _locate(src, "tokenizer_config.json") is None and _locate(src, "tokenizer.json") is None:
+        return Check(key, False, f"{src}: no tokenizer.json / tokenizer_config.json")
+    return Check(key, True, f"{src} (tokenizer)")
+
+
+def _arch(cfg: Config) -> dict[str, object]:
+    if cfg.model.config is not None:
+        return dict(cfg.model.config)
+    found = _locate(cfg.model.name_or_path or "", "config.json")
+    try:
+        return dict(json.loads(found.read_text())) if found else {}
+    except (OSError, ValueError):
+        return {}
 
 
 def devices(cfg: Config, gpu_count: int, nproc: int) -> Check:
@@ -107,24 +142,39 @@ def parallelism(cfg: Config, nproc: int, cuda: bool) -> Check:
     return Check("runtime.parallel_mode", True, f"{mode} with {nproc} process(es)")
 
 
-def n_params(cfg: Config, vocab: int) -> int:
-    m = cfg.model
-    hd = m.hidden_size // m.num_heads
-    attn = m.hidden_size * hd * (2 * m.num_heads + 2 * m.num_kv_heads)
-    mlp = 3 * m.hidden_size * m.intermediate_size
-    emb = vocab * m.hidden_size * (1 if m.tie_embeddings else 2)
-    return m.num_layers * (attn + mlp + 2 * m.hidden_size) + emb + m.hidden_size
+def n_params(cfg: Config) -> int:
+    """Roughly: a decoder's weights from its config fields (0 when they are unknown)."""
+    a = _arch(cfg)
+    try:
+        h, layers = int(a["hidden_size"]), int(a["num_hidden_layers"])  # type: ignore[call-overload]
+        heads = int(a.get("num_attention_heads", 1))  # type: ignore[call-overload]
+        kv = int(a.get("num_key_value_heads", heads))  # type: ignore[call-overload]
+        hd = int(a.get("head_dim") or h // heads)  # type: ignore[call-overload]
+        inter = int(a.get("intermediate_size", 4 * h))  # type: ignore[call-overload]
+        vocab = int(a.get("vocab_size", 32000))  # type: ignore[call-overload]
+    except (KeyError, TypeError, ValueError):
+        return 0
+    tied = bool(a.get("tie_word_embeddings", False))
+    per_layer = h * hd * (2 * heads + 2 * kv) + 3 * h * inter + 2 * h
+    return layers * per_layer + vocab * h * (1 if tied else 2) + h
 
 
-def gather(cfg: Config, nproc: int, gpu_count: int, vocab: int) -> list[Check]:
+def gather(cfg: Config, nproc: int, gpu_count: int) -> list[Check]:
+    inputs = [s.path for s in cfg.data.sources("train") + cfg.data.sources("eval")]
+    missing = [str(p) for p in inputs if not p.is_file()]
     return [
-        Check("data.train", cfg.data.train.is_file(), str(cfg.data.train)),
+        Check(
+            "data",
+            not missing,
+            ", ".join(missing) + " not found" if missing else f"{len(inputs)} file(s)",
+        ),
         writable("runtime.paths.checkpoints", cfg.runtime.paths.checkpoints),
         writable("runtime.paths.logs", cfg.runtime.paths.logs),
         base_model(cfg),
+        tokenizer(cfg),
         devices(cfg, gpu_count, nproc),
         parallelism(cfg, nproc, gpu_count > 0),
-        disk(cfg, checkpoint_bytes(cfg, n_params(cfg, vocab))),
+        disk(cfg, checkpoint_bytes(cfg, n_params(cfg))),
     ]
 
 

@@ -62,6 +62,11 @@ def default() -> Registry:
                 "group-relative advantages over pre-generated, rewarded completions",
             ),
             MethodSpec(
+                "online-grpo",
+                "halo.train.methods.online_grpo",
+                "GRPO on groups sampled live from a rollout server, weights pushed back",
+            ),
+            MethodSpec(
                 "preference/dpo",
                 "halo.train.methods.dpo",
                 "direct preference optimisation on chosen/rejected pairs",

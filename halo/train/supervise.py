@@ -3,7 +3,9 @@
 torchrun turns a SIGTERM into an exception and exits 1 even when every worker finished its
 batch, saved an emergency checkpoint and exited 0. Staying the parent lets `halo launch`
 report what happened: after a relayed SIGTERM it exits 0 when the newest complete checkpoint
-is an emergency one written since the launch, and the launcher's code otherwise.
+is an emergency one written since the launch, and the launcher's code otherwise. Only the
+first signal is relayed: the workers are already stopping, and a second SIGTERM to torchrun
+would make it kill them mid-checkpoint.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ def emergency_saved(job_dir: Path, since: float) -> bool:
     found = checkpoint.latest(job_dir)
     if found is None or found.path.stat().st_mtime < since:
         return False
-    return json.loads((found.path / "meta.json").read_text()).get("reason") == "sigterm"
+    return json.loads((found.path / "meta.json").read_text()).get("reason") == "signal"
 
 
 def run(argv: list[str], env: dict[str, str], job_dir: Path) -> int:
@@ -33,7 +35,8 @@ def run(argv: list[str], env: dict[str, str], job_dir: Path) -> int:
 
     def relay(signum: int, frame: Any) -> None:
         relayed.append(signum)
-        proc.send_signal(signum)
+        if len(relayed) == 1:
+            proc.send_signal(signal.SIGTERM)
 
     previous = {s: signal.signal(s, relay) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -41,9 +44,9 @@ def run(argv: list[str], env: dict[str, str], job_dir: Path) -> int:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    if rc != 0 and signal.SIGTERM in relayed and emergency_saved(job_dir, started):
+    if rc != 0 and relayed and emergency_saved(job_dir, started):
         print(
-            "halo launch: SIGTERM relayed; the workers saved an emergency checkpoint, exiting 0",
+            "halo launch: signal relayed; the workers saved an emergency checkpoint, exiting 0",
             file=sys.stderr,
             flush=True,
         )

@@ -1,104 +1,163 @@
-"""A byte-level tokenizer with special tokens and a ChatML chat template.
+"""Hugging Face tokenizers and their Jinja chat templates; the loss mask from assistant spans.
 
-Bytes are ids 0..255, specials follow. It is built deterministically (nothing to download)
-and saved next to each checkpoint as tokenizer.json so a model dir is self-contained.
+A chat is rendered by the tokenizer's own template (or one named in the config), so what the
+trainer trains on is exactly what a server applying the same template will show the model.
+Which tokens are trained on comes from the template itself: its ``{% generation %}`` blocks
+where it has them (transformers' ``return_assistant_tokens_mask``), otherwise the text each
+assistant turn adds, found by rendering the conversation up to and including that turn.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from halo.errors import HaloError
 
-SPECIALS = ("<|pad|>", "<|bos|>", "<|eos|>", "<|im_start|>", "<|im_end|>")
-ROLES = ("system", "user", "assistant")
+Message = dict[str, Any]
 
 
 @dataclass(frozen=True)
-class Tokenizer:
-    specials: tuple[str, ...] = SPECIALS
-    _ids: dict[str, int] = field(init=False, repr=False, compare=False)
+class Rendered:
+    """Token ids of a rendered chat and, per token, whether the loss covers it."""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_ids", {s: 256 + i for i, s in enumerate(self.specials)})
+    ids: list[int]
+    train: list[bool]
+
+
+def _has_generation_blocks(template: str) -> bool:
+    return "generation %}" in template and "endgeneration" in template
+
+
+class ChatTokenizer:
+    """A transformers tokenizer with a chat template; the trainer's only view of text."""
+
+    def __init__(self, hf: Any, source: str) -> None:
+        if not getattr(hf, "chat_template", None):
+            raise HaloError(
+                f"{source}: the tokenizer has no chat template (set model.chat_template to a "
+                ".jinja file)"
+            )
+        self.hf = hf
+        self.source = source
+        self._marked = _has_generation_blocks(hf.chat_template)
 
     @property
     def vocab_size(self) -> int:
-        return 256 + len(self.specials)
-
-    def special(self, name: str) -> int:
-        return self._ids[name]
-
-    @property
-    def pad_id(self) -> int:
-        return self._ids["<|pad|>"]
+        return len(self.hf)
 
     @property
     def eos_id(self) -> int:
-        return self._ids["<|eos|>"]
+        eos = self.hf.eos_token_id
+        return int(eos) if eos is not None else 0
+
+    @property
+    def pad_id(self) -> int:
+        pad = self.hf.pad_token_id
+        return int(pad) if pad is not None else self.eos_id
 
     def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8"))
+        return list(self.hf.encode(text, add_special_tokens=False))
 
     def decode(self, ids: list[int]) -> str:
-        out = bytearray()
-        names = {v: k for k, v in self._ids.items()}
-        for i in ids:
-            if i < 256:
-                out.append(i)
-            else:
-                out += names[i].encode()
-        return out.decode("utf-8", errors="replace")
+        return str(self.hf.decode(ids, skip_special_tokens=False))
 
-    def to_json(self) -> str:
-        return json.dumps({"type": "byte-level", "specials": list(self.specials)}, indent=2) + "\n"
-
-    @classmethod
-    def load(cls, path: Path) -> Tokenizer:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise HaloError(f"{path}: not a readable tokenizer.json ({exc})") from exc
-        if data.get("type") != "byte-level" or not isinstance(data.get("specials"), list):
-            raise HaloError(f"{path}: expected a byte-level tokenizer with a 'specials' list")
-        return cls(tuple(data["specials"]))
-
-
-def render_chat(
-    tok: Tokenizer, messages: list[dict[str, str]], where: str = "messages"
-) -> tuple[list[int], list[bool]]:
-    """Token ids of the ChatML rendering and, per token, whether it is trained on.
-
-    Only assistant content and the ``<|im_end|>`` that closes it are trained on: the model
-    must learn to answer and to stop, never to predict the user's or system's turns.
-    """
-    ids: list[int] = [tok.special("<|bos|>")]
-    train: list[bool] = [False]
-    start, end = tok.special("<|im_start|>"), tok.special("<|im_end|>")
-    for n, msg in enumerate(messages):
-        role, content = msg.get("role"), msg.get("content")
-        if role not in ROLES or not isinstance(content, str):
-            raise HaloError(
-                f"{where}[{n}]: expected role in {list(ROLES)} and string content, got {msg!r}"
+    def text(
+        self, messages: list[Message], tools: list[Any] | None = None, gen: bool = False
+    ) -> str:
+        return str(
+            self.hf.apply_chat_template(
+                messages, tools=tools, tokenize=False, add_generation_prompt=gen
             )
-        header = [start, *tok.encode(f"{role}\n")]
-        body = [*tok.encode(content), end]
-        newline = tok.encode("\n")
-        ids += header + body + newline
-        is_asst = role == "assistant"
-        train += [False] * len(header) + [is_asst] * len(body) + [False] * len(newline)
-    return ids, train
+        )
+
+    def render(
+        self, messages: list[Message], tools: list[Any] | None = None, train_from: int = 0
+    ) -> Rendered:
+        """The chat's tokens; trained on: the assistant turns at index ``train_from`` or later."""
+        try:
+            if self._marked:
+                out = self._render_marked(messages, tools)
+            else:
+                out = self._render_by_prefix(messages, tools)
+        except HaloError:
+            raise
+        except Exception as exc:  # a template's own error (raise_exception, a missing key)
+            raise HaloError(f"chat template: {' '.join(str(exc).split())}") from None
+        if train_from:
+            # Turns before train_from are context (a DPO or GRPO prompt), never trained on.
+            n = len(self._ids(self.text(messages[:train_from], tools)))
+            out = Rendered(out.ids, [False] * n + out.train[n:])
+        return out
+
+    def _ids(self, text: str) -> list[int]:
+        return list(self.hf(text, add_special_tokens=False)["input_ids"])
+
+    def _render_marked(self, messages: list[Message], tools: list[Any] | None) -> Rendered:
+        enc = self.hf.apply_chat_template(
+            messages,
+            tools=tools,
+            tokenize=True,
+            return_dict=True,
+            return_assistant_tokens_mask=True,
+        )
+        return Rendered(list(enc["input_ids"]), [bool(m) for m in enc["assistant_masks"]])
+
+    def _render_by_prefix(self, messages: list[Message], tools: list[Any] | None) -> Rendered:
+        full = self.text(messages, tools)
+        spans = []
+        for i, msg in enumerate(messages):
+            if msg.get("role") != "assistant":
+                continue
+            start = len(self.text(messages[:i], tools, gen=True)) if i else 0
+            upto = self.text(messages[: i + 1], tools)
+            if not full.startswith(upto) or start > len(upto):
+                raise HaloError(
+                    "chat template: rendering is not prefix-stable, so assistant turns cannot be "
+                    "located; use a template with {% generation %} blocks (model.chat_template)"
+                )
+            end = len(upto.rstrip())
+            spans.append((start, end))
+        enc = self.hf(full, add_special_tokens=False, return_offsets_mapping=True)
+        train = [
+            any(s <= a and b <= e and b > a for s, e in spans) for a, b in enc["offset_mapping"]
+        ]
+        return Rendered(list(enc["input_ids"]), train)
+
+    def show_mask(self, r: Rendered) -> str:
+        """The rendering with trained-on spans in [[...]]: how a human checks the loss mask."""
+        out, span, inside = [], [], False
+        for i, t in zip(r.ids, r.train, strict=True):
+            if t != inside:
+                out.append(self.decode(span) if not inside else f"[[{self.decode(span)}]]")
+                span, inside = [], t
+            span.append(i)
+        out.append(self.decode(span) if not inside else f"[[{self.decode(span)}]]")
+        return "".join(out)
+
+    def save(self, folder: Path) -> None:
+        self.hf.save_pretrained(str(folder))
 
 
-def show_mask(tok: Tokenizer, ids: list[int], train: list[bool]) -> str:
-    """The rendering with trained-on spans in [[...]]: how a human checks the loss mask."""
-    out, span, inside = [], [], False
-    for i, t in zip(ids, train, strict=True):
-        if t != inside:
-            out.append(tok.decode(span) if not inside else f"[[{tok.decode(span)}]]")
-            span, inside = [], t
-        span.append(i)
-    out.append(tok.decode(span) if not inside else f"[[{tok.decode(span)}]]")
-    return "".join(out)
+def mask_note(what: str, shown: str) -> str:
+    """One line for the log and --dry-run: a rendered example with its trained-on spans."""
+    return f"{what} example 1 (trained-on text in [[...]]): {shown!r}"
+
+
+def load(source: str, chat_template: Path | None = None) -> ChatTokenizer:
+    """A tokenizer from a folder or a cached Hub id; ``chat_template`` replaces its template."""
+    from transformers import AutoTokenizer
+
+    try:
+        hf = AutoTokenizer.from_pretrained(source, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise HaloError(
+            f"tokenizer {source}: cannot load ({' '.join(str(exc).split())[:300]}); a Hub id "
+            "must be in the Hugging Face cache (halo hf-cache seed)"
+        ) from None
+    if chat_template is not None:
+        from halo.schema import read_text
+
+        hf.chat_template = read_text(chat_template)
+    return ChatTokenizer(hf, source)

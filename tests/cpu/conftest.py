@@ -1,16 +1,49 @@
-"""Helpers for the CPU tier: run `halo` in a subprocess exactly as a user would."""
+"""Helpers for the CPU tier: run `halo` in a subprocess exactly as a user would, or the
+trainer in this process where a test only needs its result."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+# The tier runs one pytest worker per core: a trainer (in a worker or a subprocess it starts)
+# that also spins up one OpenMP thread per core oversubscribes the machine, and on a busy
+# two-core box a step then takes several times longer. Set before torch is imported.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
+TOKENIZER = EXAMPLES / "tokenizer"
+
+# Tiny models of two families, as examples/make_tokenizer.py writes them (head_dim 64, as
+# vLLM's CPU attention needs); the tests build them fresh from these fields.
+ARCH = (
+    "model_type",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "max_position_embeddings",
+    "tie_word_embeddings",
+)
+
+
+def _tiny(name: str) -> dict[str, Any]:
+    conf = json.loads((EXAMPLES / "models" / name / "config.json").read_text())
+    return {k: conf[k] for k in ARCH}
+
+
+TINY = {"llama": _tiny("tiny-llama"), "qwen3": _tiny("tiny-qwen3")}
 
 
 def halo_env(**extra: str) -> dict[str, str]:
@@ -25,7 +58,7 @@ def halo_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "halo", *args]
 
 
-def run_halo(*args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+def run_halo(*args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         halo_cmd(*args),
         env=halo_env(**env),
@@ -39,6 +72,38 @@ def run_halo(*args: str, timeout: float = 120, **env: str) -> subprocess.Complet
 def outputs(tmp: Path) -> list[str]:
     """Overrides that send a run's checkpoints and logs under ``tmp``."""
     return [f"--runtime.paths.checkpoints={tmp / 'ck'}", f"--runtime.paths.logs={tmp / 'logs'}"]
+
+
+def model_override(family: str) -> str:
+    return f"--model.config={json.dumps(TINY[family])}"
+
+
+def train_here(method: str, config: Path, tmp: Path, *extra: str) -> tuple[int, str]:
+    """The trainer's process entry, in this process: (exit code, what it printed)."""
+    from halo.errors import HaloError
+    from halo.train import run
+    from halo.train.stopping import StopFlag
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            rc = run.run(method, config, [*outputs(tmp), *extra], StopFlag())
+        except HaloError as exc:
+            print(f"halo: error: {exc.message}")
+            rc = exc.exit_code
+    return rc, out.getvalue()
+
+
+def metrics(tmp: Path, job: str) -> list[dict[str, Any]]:
+    path = tmp / "logs" / job / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> Any:
+    from halo.train.tokenizer import load
+
+    return load(str(TOKENIZER))
 
 
 @pytest.fixture

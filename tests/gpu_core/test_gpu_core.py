@@ -73,6 +73,41 @@ def test_attention_backend_fits_the_architecture_and_agrees_with_sdpa() -> None:
     torch.testing.assert_close(out.float(), ref.float(), atol=3e-2, rtol=3e-2)
 
 
+def test_transformers_attention_matches_sdpa_including_packed_rows() -> None:
+    """The implementation the trainer hands transformers agrees with SDPA, and packed rows
+    (position_ids restarting per example) stay separate under the varlen kernel."""
+    torch = _torch()
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from halo.train import attention, data
+    from halo.train.model import ATTN_IMPLEMENTATION, logits
+
+    choice = attention.select(
+        "auto", torch.cuda.get_device_capability(), attention.module_importable, True
+    )
+    if choice.backend == "sdpa":
+        pytest.skip(f"no flash-attention here ({choice.reason})")
+    conf = AutoConfig.for_model(
+        "llama", vocab_size=512, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=64, intermediate_size=512,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    ref = AutoModelForCausalLM.from_config(conf, attn_implementation="sdpa", dtype=torch.bfloat16)
+    fast = AutoModelForCausalLM.from_config(
+        conf, attn_implementation=ATTN_IMPLEMENTATION[choice.backend], dtype=torch.bfloat16
+    )
+    fast.load_state_dict(ref.state_dict())
+    ref, fast = ref.cuda().eval(), fast.cuda().eval()
+    seqs = [data.Sequence(list(range(5, 45)), list(range(6, 46)), [1.0] * 40),
+            data.Sequence(list(range(50, 70)), list(range(51, 71)), [1.0] * 20)]  # fmt: skip
+    packed = {k: v.cuda() for k, v in data.pack(seqs).items()}
+    padded = {k: v.cuda() for k, v in data.pad(seqs, 0).items()}
+    with torch.no_grad():
+        a, b = logits(fast, packed)[0].float(), logits(ref, padded).float()
+    torch.testing.assert_close(a[:40], b[0, :40], atol=5e-2, rtol=5e-2)
+    torch.testing.assert_close(a[40:], b[1, :20], atol=5e-2, rtol=5e-2)
+
+
 def test_sft_example_trains_in_bf16_on_the_gpu(tmp_path: Path) -> None:
     r = run_halo(
         "launch",

@@ -27,15 +27,18 @@ class Server:
         assert status == 200, f"GET {path}: HTTP {status}: {body[:500]!r}"
         return json.loads(body)
 
-    def post_json(self, path: str, payload: dict[str, Any]) -> Any:
+    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        """Any body, any answer: what the bad-request tests need."""
         req = urllib.request.Request(
-            self.url + path,
-            data=json.dumps(payload).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
+            self.url + path, data=body, headers={"Content-Type": "application/json"}, method="POST"
         )
         try:
             with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
-                return json.loads(resp.read())
+                return resp.status, resp.read()
         except urllib.error.HTTPError as exc:
-            raise AssertionError(f"POST {path}: HTTP {exc.code}: {exc.read()[:500]!r}") from None
+            return exc.code, exc.read()
+
+    def post_json(self, path: str, payload: dict[str, Any]) -> Any:
+        status, body = self.post(path, json.dumps(payload).encode())
+        assert status == 200, f"POST {path}: HTTP {status}: {body[:500]!r}"
+        return json.loads(body)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 COPY_IGNORE = shutil.ignore_patterns(
-    ".git", ".nox", "__pycache__", ".pytest_cache", ".ruff_cache", "*.egg-info"
+    ".git", ".nox", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache", "*.egg-info"
 )
 
 

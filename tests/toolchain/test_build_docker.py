@@ -105,8 +105,8 @@ def test_a_push_recomputes_the_input_hash_and_refuses_a_stale_image(
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert re.fullmatch(
-        r"halo: error: halo-test:cpu-[0-9a-f]{12}: not built from this checkout's inputs; "
-        r"run `halo image build cpu`",
+        r"halo: error: halo-test:cpu-[0-9a-f]{12}: not built here for the checkout's inputs; "
+        r"run `halo image build cpu` first",
         line,
     ), line
 

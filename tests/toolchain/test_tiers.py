@@ -23,7 +23,16 @@ def test_cpu_run_is_offline_credential_free_and_mounts_the_checkout_read_only(
     envs = [args[i + 1] for i, a in enumerate(args) if a == "-e"]
     assert all(
         e.split("=", 1)[0]
-        in {"HOME", "HF_HOME", "HF_HUB_OFFLINE", "HALO_SCRATCH", "PYTHONDONTWRITEBYTECODE"}
+        in {
+            "HOME",
+            "HF_HOME",
+            "HF_DATASETS_CACHE",
+            "HF_HUB_OFFLINE",
+            "TMPDIR",
+            "HALO_DATA_ROOT",
+            "HALO_SCRATCH",
+            "PYTHONDONTWRITEBYTECODE",
+        }
         for e in envs
     )
     assert args[-3:] == ["halo:cpu", "python", "-V"]

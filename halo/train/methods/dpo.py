@@ -1,9 +1,9 @@
 """Direct preference optimisation on chosen/rejected pairs, against a frozen reference.
 
-Data: JSONL, one ``{"prompt": "...", "chosen": "...", "rejected": "..."}`` per line
-(``prompt`` may also be a list of chat messages). The loss per pair is
-``-log sigmoid(beta * ((pi_c - ref_c) - (pi_r - ref_r)))`` with sequence log-probabilities of
-the responses, averaged over the pairs of the global batch.
+Data: ``{"prompt": ..., "chosen": ..., "rejected": ...}`` with strings or message lists, or
+full chosen/rejected conversations (halo.train.formats). The loss per pair is
+``-log sigmoid(beta * ((pi_c - ref_c) - (pi_r - ref_r)))`` with sequence log-probabilities
+of the responses (the assistant span after the prompt), averaged over the global batch.
 """
 
 from __future__ import annotations
@@ -16,53 +16,57 @@ from torch import nn
 from torch.nn import functional
 
 from halo.errors import HaloError
-from halo.train.config import Config, Dpo
-from halo.train.data import Sequence, pad, read_jsonl, shift
-from halo.train.loop import Batch, Method
-from halo.train.model import token_logprobs
-from halo.train.tokenizer import Tokenizer, render_chat
+from halo.train import data, formats
+from halo.train.config import Config, Dpo, Source
+from halo.train.model import batch_logprobs
+from halo.train.state import Batch, Method
+from halo.train.tokenizer import ChatTokenizer, Rendered, mask_note
 
 
 @dataclass(frozen=True)
 class Pair:
-    chosen: Sequence
-    rejected: Sequence
+    chosen: data.Sequence
+    rejected: data.Sequence
+
+
+def parse(row: dict[str, Any], fmt: str, src: Source, where: str) -> tuple[formats.PairRow, str]:
+    if fmt != "preference":
+        raise HaloError(f"{where}: preference/dpo needs chosen/rejected rows, got {fmt}")
+    return formats.pair(row, where), where
+
+
+def renders(tok: ChatTokenizer, row: formats.PairRow, where: str) -> tuple[Rendered, Rendered]:
+    try:
+        return tuple(  # type: ignore[return-value]
+            tok.render(row.prompt + answer, row.tools, train_from=len(row.prompt))
+            for answer in (row.chosen, row.rejected)
+        )
+    except HaloError as exc:
+        raise HaloError(f"{where}: {exc.message}") from None
 
 
 def encode(
-    rows: list[dict[str, Any]], tok: Tokenizer, max_len: int, where: str
+    rows: list[tuple[formats.PairRow, str]], tok: ChatTokenizer, max_len: int
 ) -> tuple[list[Pair], int]:
     pairs, dropped = [], 0
-    end = tok.special("<|im_end|>")
-    for n, row in enumerate(rows, 1):
-        prompt = row.get("prompt")
-        msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-        if not isinstance(msgs, list) or not msgs:
-            raise HaloError(f"{where}:{n}: expected 'prompt' as a string or a list of messages")
-        if not (isinstance(row.get("chosen"), str) and isinstance(row.get("rejected"), str)):
-            raise HaloError(f"{where}:{n}: expected string 'chosen' and 'rejected'")
-        ids, _ = render_chat(tok, msgs, where=f"{where}:{n}: prompt")
-        head = [*ids, tok.special("<|im_start|>"), *tok.encode("assistant\n")]
-        seqs = []
-        for key in ("chosen", "rejected"):
-            body = [*tok.encode(row[key]), end]
-            seqs.append(shift([*head, *body], [False] * len(head) + [True] * len(body)))
-        if len(head) + max(len(s.input_ids) for s in seqs) - len(head) > max_len:
+    for row, where in rows:
+        c, r = renders(tok, row, where)
+        if max(len(c.ids), len(r.ids)) > max_len + 1:
             dropped += 1
             continue
-        pairs.append(Pair(*seqs))
+        pairs.append(Pair(data.shift(c.ids, c.train), data.shift(r.ids, r.train)))
     return pairs, dropped
 
 
 def collate(pairs: list[Pair], pad_id: int) -> Batch:
     # Chosen first, rejected second: rows i and i + n are one pair.
-    batch = pad([p.chosen for p in pairs] + [p.rejected for p in pairs], pad_id)
+    batch = data.pad([p.chosen for p in pairs] + [p.rejected for p in pairs], pad_id)
     batch["pairs"] = torch.ones(len(pairs))
     return batch
 
 
 def sequence_logprobs(model: nn.Module, b: Batch) -> torch.Tensor:
-    return (token_logprobs(model(b["input_ids"]), b["targets"]) * b["weights"]).sum(-1)
+    return (batch_logprobs(model, b) * b["weights"]).sum(-1)
 
 
 def make(d: Dpo) -> tuple[Any, Any]:
@@ -76,19 +80,30 @@ def make(d: Dpo) -> tuple[Any, Any]:
         n = b["pairs"].shape[0]
         delta = sequence_logprobs(model, b) - ref
         margin = d.beta * (delta[:n] - delta[n:])
-        return -functional.logsigmoid(margin).sum(), {"reward_acc": (margin > 0).float().sum()}
+        extra = {"reward_acc": (margin > 0).float().sum(), "margin": margin.detach().sum()}
+        return -functional.logsigmoid(margin).sum(), extra
 
     return prepare, loss
 
 
-def build(cfg: Config, tok: Tokenizer) -> Method:
+def describe(cfg: Config, tok: ChatTokenizer) -> list[str]:
+    return [
+        mask_note(
+            f"preference/dpo: chosen of {src.path.name}", tok.show_mask(renders(tok, row, where)[0])
+        )
+        for src, (row, where) in data.first_examples(cfg.data, parse)
+    ]
+
+
+def build(cfg: Config, tok: ChatTokenizer) -> Method:
     d = cfg.dpo or Dpo()
-    path = cfg.data.train
-    pairs, dropped = encode(read_jsonl(path), tok, cfg.data.max_seq_len, str(path))
+    train, evals = data.load(cfg.data, cfg.training.seed, parse)
+    pairs, dropped = encode(train, tok, cfg.data.max_seq_len)
     if not pairs:
-        raise HaloError(f"{path}: no pair fits within data.max_seq_len")
+        raise HaloError("data.train: no pair fits within data.max_seq_len")
+    eval_pairs, _ = encode(evals, tok, cfg.data.max_seq_len)
     prepare, loss = make(d)
-    notes = [f"preference/dpo: {len(pairs)} pairs, beta {d.beta}"]
+    notes = [f"preference/dpo: {len(pairs)} pairs, beta {d.beta}", *describe(cfg, tok)]
     if dropped:
         notes.append(f"preference/dpo: dropped {dropped} pairs longer than data.max_seq_len")
     return Method(
@@ -99,5 +114,6 @@ def build(cfg: Config, tok: Tokenizer) -> Method:
         prepare=prepare,
         needs_reference=True,
         count=lambda b: float(b["pairs"].shape[0]),
+        eval_items=eval_pairs,
         notes=notes,
     )

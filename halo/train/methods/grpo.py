@@ -1,18 +1,24 @@
-"""Offline GRPO: group-relative advantages over pre-generated completions with rewards.
+"""GRPO: group-relative advantages over rewarded completions, clipped surrogate, k3 KL.
 
-Data: JSONL, one group per line::
+Offline data: one group per line::
 
     {"prompt": "What is 2+3?", "completions": [{"text": "5", "reward": 1.0}, ...]}
 
-(``prompt`` may also be a list of chat messages). Each completion's advantage is its reward
-minus the group mean, divided by the group's (population) standard deviation. The loss per
-completion token is the clipped surrogate ``-min(r*A, clip(r, 1-eps, 1+eps)*A)`` with
-``r = pi(token) / pi_old(token)``, plus ``kl_coef`` times the k3 estimate of KL to the frozen
-reference, averaged over all completion tokens of the global batch.
+Advantage of completion i in group g: ``(r_i - mean_g) / (std + adv_eps)`` where std is the
+group's sample standard deviation (``scale_rewards: group``, TRL's default), the whole
+batch's (``batch``), or no division at all (``none``). Per completion token:
+``-min(r*A, clip(r, 1-eps, 1+eps)*A) + kl_coef * (exp(ref - lp) - (ref - lp) - 1)`` with
+``r = pi / pi_old``. ``loss_type: token`` averages over all completion tokens of the global
+batch (DAPO); ``sequence`` averages each completion's tokens, then the completions
+(DeepSeekMath).
+
+``policy_update`` is one optimizer step on a global batch of rollouts (prompt, completions,
+rewards): offline GRPO calls it through the loop; online GRPO calls it after each rollout.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,82 +26,99 @@ import torch
 from torch import nn
 
 from halo.errors import HaloError
-from halo.train.config import Config, Grpo
-from halo.train.data import Sequence, pad, read_jsonl, shift
-from halo.train.loop import Batch, Method
-from halo.train.model import token_logprobs
-from halo.train.tokenizer import Tokenizer, render_chat
+from halo.train import data, formats
+from halo.train.config import Config, Grpo, Source
+from halo.train.model import batch_logprobs
+from halo.train.state import Batch, Method, StepStats, Trainer
+from halo.train.tokenizer import ChatTokenizer, Rendered, mask_note
 
 
 @dataclass(frozen=True)
 class Group:
-    seqs: tuple[Sequence, ...]
+    seqs: tuple[data.Sequence, ...]
     rewards: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A group with its advantages (computed over the global batch it was drawn in)."""
+
+    seqs: tuple[data.Sequence, ...]
     advantages: tuple[float, ...]
 
 
-def advantages(rewards: list[float], eps: float) -> list[float]:
-    n = len(rewards)
-    mean = sum(rewards) / n
-    std = (sum((r - mean) ** 2 for r in rewards) / n) ** 0.5
-    return [(r - mean) / (std + eps) for r in rewards]
-
-
-def encode(
-    rows: list[dict[str, Any]], tok: Tokenizer, cfg: Config, where: str
-) -> tuple[list[Group], int]:
-    g: Grpo = cfg.grpo or Grpo()
-    groups, dropped = [], 0
-    end = tok.special("<|im_end|>")
-    for n, row in enumerate(rows, 1):
-        prompt, comps = row.get("prompt"), row.get("completions")
-        msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-        if not isinstance(msgs, list) or not msgs:
-            raise HaloError(f"{where}:{n}: expected 'prompt' as a string or a list of messages")
-        if not isinstance(comps, list) or len(comps) < 2:
-            raise HaloError(f"{where}:{n}: expected 'completions' as a list of at least 2")
-        ids, _ = render_chat(tok, msgs, where=f"{where}:{n}: prompt")
-        head = [*ids, tok.special("<|im_start|>"), *tok.encode("assistant\n")]
-        seqs, rewards = [], []
-        for k, c in enumerate(comps):
-            if not (
-                isinstance(c, dict)
-                and isinstance(c.get("text"), str)
-                and isinstance(c.get("reward"), int | float)
-            ):
-                raise HaloError(
-                    f"{where}:{n}: completions[{k}]: expected {{'text': str, 'reward': number}}"
-                )
-            body = [*tok.encode(c["text"]), end]
-            full = head + body
-            train = [False] * len(head) + [True] * len(body)
-            seqs.append(shift(full[: cfg.data.max_seq_len + 1], train[: cfg.data.max_seq_len + 1]))
-            rewards.append(float(c["reward"]))
-        if len(head) >= cfg.data.max_seq_len:
-            dropped += 1
+def advantages(rewards: list[list[float]], scale: str, eps: float) -> list[list[float]]:
+    """Per group, per completion: reward minus its group's mean, scaled as configured."""
+    flat = [r for group in rewards for r in group]
+    batch_std = statistics.stdev(flat) if len(flat) > 1 else 0.0
+    out = []
+    for group in rewards:
+        mean = sum(group) / len(group)
+        if scale == "none":
+            out.append([r - mean for r in group])
             continue
-        groups.append(Group(tuple(seqs), tuple(rewards), tuple(advantages(rewards, g.adv_eps))))
-    return groups, dropped
+        std = batch_std if scale == "batch" else statistics.stdev(group)
+        out.append([(r - mean) / (std + eps) for r in group])
+    return out
 
 
-def collate(groups: list[Group], pad_id: int) -> Batch:
-    seqs = [s for grp in groups for s in grp.seqs]
-    batch = pad(seqs, pad_id)
+def parse(row: dict[str, Any], fmt: str, src: Source, where: str) -> tuple[formats.GroupRow, str]:
+    if fmt != "grpo":
+        raise HaloError(f"{where}: offline-grpo needs prompt/completions rows, got {fmt}")
+    return formats.group(row, where), where
+
+
+def render(tok: ChatTokenizer, row: formats.GroupRow, text: str, where: str = "") -> Rendered:
+    """The prompt and one completion; trained on: the completion's assistant span."""
+    msgs = [*row.prompt, {"role": "assistant", "content": text}]
+    try:
+        return tok.render(msgs, row.tools, train_from=len(row.prompt))
+    except HaloError as exc:
+        raise HaloError(f"{where}: {exc.message}" if where else exc.message) from None
+
+
+def encode_group(
+    row: formats.GroupRow, tok: ChatTokenizer, max_len: int, where: str = ""
+) -> Group | None:
+    """Token sequences of a group (None when the prompt alone fills max_len)."""
+    seqs = []
+    for text in row.completions:
+        r = render(tok, row, text, where)
+        if not any(r.train[1 : max_len + 1]):
+            return None
+        seqs.append(data.shift(r.ids[: max_len + 1], r.train[: max_len + 1]))
+    return Group(tuple(seqs), tuple(row.rewards))
+
+
+def make_shard(g: Grpo) -> Any:
+    def shard(groups: list[Group], rank: int, world: int) -> list[Scored]:
+        adv = advantages([list(x.rewards) for x in groups], g.scale_rewards, g.adv_eps)
+        scored = [Scored(x.seqs, tuple(a)) for x, a in zip(groups, adv, strict=True)]
+        return data.share(scored, rank, world)
+
+    return shard
+
+
+def collate(groups: list[Scored], pad_id: int) -> Batch:
+    batch = data.pad([s for grp in groups for s in grp.seqs], pad_id)
     batch["advantages"] = torch.tensor([a for grp in groups for a in grp.advantages])
     return batch
 
 
-def make(g: Grpo) -> tuple[Any, Any]:
+def make(g: Grpo) -> tuple[Any, Any, Any]:
+    """(prepare, loss, count) for the config's GRPO variant."""
     need_ref = g.kl_coef > 0 or g.old_policy == "reference"
+    # With one update per batch the current policy *is* the old one: lp.detach() in loss().
+    need_old = g.old_policy == "current" and g.updates_per_batch > 1
 
     def prepare(model: nn.Module, reference: nn.Module | None, batches: list[Batch]) -> list[Any]:
         out = []
         for b in batches:
-            ref = token_logprobs(reference(b["input_ids"]), b["targets"]) if need_ref else None
+            ref = batch_logprobs(reference, b) if need_ref and reference is not None else None
             old = (
                 ref
                 if g.old_policy == "reference"
-                else token_logprobs(model(b["input_ids"]), b["targets"])
+                else (batch_logprobs(model, b) if need_old else None)
             )
             out.append({"ref": ref, "old": old})
         return out
@@ -103,44 +126,101 @@ def make(g: Grpo) -> tuple[Any, Any]:
     def loss(
         model: nn.Module, b: Batch, prep: dict[str, Any]
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        lp = token_logprobs(model(b["input_ids"]), b["targets"])
+        lp = batch_logprobs(model, b)
         w = b["weights"]
         adv = b["advantages"][:, None]
-        ratio = torch.exp(lp - prep["old"])
+        old = prep["old"] if prep["old"] is not None else lp.detach()
+        ratio = torch.exp(lp - old)
         clipped = torch.clamp(ratio, 1 - g.clip_eps, 1 + g.clip_eps)
         per_tok = -torch.minimum(ratio * adv, clipped * adv)
-        extra = {"clip_frac": (((ratio - clipped).abs() > 0).float() * w).sum()}
+        # A clip is applied where the clipped term is the smaller one: there the token gets
+        # no gradient. Where ratio is outside the range but the other side is taken, it does.
+        applied = (clipped * adv < ratio * adv).float()
+        terms = {"clip_frac": applied}
         if g.kl_coef > 0:
             d = prep["ref"] - lp
             kl = torch.exp(d) - d - 1
             per_tok = per_tok + g.kl_coef * kl
-            extra["kl"] = (kl * w).sum()
-        return (per_tok * w).sum(), extra
+            terms["kl"] = kl.detach()
+        if g.loss_type == "sequence":
+            per_seq = w / w.sum(-1, keepdim=True).clamp(min=1)
+            return (per_tok * per_seq).sum(), {k: (v * per_seq).sum() for k, v in terms.items()}
+        return (per_tok * w).sum(), {k: (v * w).sum() for k, v in terms.items()}
 
-    return prepare, loss
+    def count(b: Batch) -> float:
+        if g.loss_type == "sequence":
+            return float((b["weights"].sum(-1) > 0).sum())
+        return float(b["weights"].sum())
+
+    return prepare, loss, count
 
 
-def build(cfg: Config, tok: Tokenizer) -> Method:
+def encode_all(
+    rows: list[tuple[formats.GroupRow, str]], tok: ChatTokenizer, max_len: int
+) -> tuple[list[Group], int]:
+    groups = [encode_group(row, tok, max_len, where) for row, where in rows]
+    kept = [x for x in groups if x is not None]
+    return kept, len(groups) - len(kept)
+
+
+def method(
+    cfg: Config,
+    tok: ChatTokenizer,
+    items: list[Group],
+    eval_items: list[Group] | None = None,
+    notes: list[str] | None = None,
+) -> Method:
     g = cfg.grpo or Grpo()
-    path = cfg.data.train
-    groups, dropped = encode(read_jsonl(path), tok, cfg, str(path))
-    if not groups:
-        raise HaloError(f"{path}: no group has a prompt shorter than data.max_seq_len")
-    prepare, loss = make(g)
-    sizes = sorted({len(x.seqs) for x in groups})
-    notes = [
-        f"offline-grpo: {len(groups)} groups of {'/'.join(map(str, sizes))} completions; "
-        f"old policy {g.old_policy}, clip {g.clip_eps}, kl_coef {g.kl_coef}"
-    ]
-    if dropped:
-        notes.append(f"offline-grpo: dropped {dropped} groups whose prompt fills data.max_seq_len")
+    prepare, loss, count = make(g)
     return Method(
         name="offline-grpo",
-        items=groups,
+        items=items,
         collate=lambda gs: collate(gs, tok.pad_id),
         loss=loss,
         prepare=prepare,
         needs_reference=g.kl_coef > 0 or g.old_policy == "reference",
         updates_per_batch=g.updates_per_batch,
-        notes=notes,
+        count=count,
+        shard=make_shard(g),
+        eval_items=eval_items or [],
+        notes=notes or [],
     )
+
+
+def policy_update(tr: Trainer, rollouts: list[formats.GroupRow]) -> StepStats:
+    """One optimizer step on a global batch of rollouts (every process passes the same list)."""
+    from halo.train import loop
+
+    groups = [encode_group(r, tr.tok, tr.cfg.data.max_seq_len) for r in rollouts]
+    if any(x is None for x in groups):
+        raise HaloError("policy_update: a prompt fills data.max_seq_len")
+    return loop.step(tr, tr.method.shard(groups, tr.ctx.rank, tr.ctx.world))
+
+
+def describe(cfg: Config, tok: ChatTokenizer) -> list[str]:
+    return [
+        mask_note(
+            f"offline-grpo: completion 1 of {src.path.name}",
+            tok.show_mask(render(tok, row, row.completions[0], where)),
+        )
+        for src, (row, where) in data.first_examples(cfg.data, parse)
+    ]
+
+
+def build(cfg: Config, tok: ChatTokenizer) -> Method:
+    g = cfg.grpo or Grpo()
+    train, evals = data.load(cfg.data, cfg.training.seed, parse)
+    groups, dropped = encode_all(train, tok, cfg.data.max_seq_len)
+    if not groups:
+        raise HaloError("data.train: no group has a completion token within data.max_seq_len")
+    eval_groups, _ = encode_all(evals, tok, cfg.data.max_seq_len)
+    sizes = sorted({len(x.seqs) for x in groups})
+    notes = [
+        f"offline-grpo: {len(groups)} groups of {'/'.join(map(str, sizes))} completions; "
+        f"old policy {g.old_policy}, clip {g.clip_eps}, kl_coef {g.kl_coef}, "
+        f"scale_rewards {g.scale_rewards}, loss_type {g.loss_type}",
+        *describe(cfg, tok),
+    ]
+    if dropped:
+        notes.append(f"offline-grpo: dropped {dropped} groups whose prompt fills data.max_seq_len")
+    return method(cfg, tok, groups, eval_groups, notes)

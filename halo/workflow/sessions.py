@@ -1,4 +1,4 @@
-"""What a matrix may name: the noxfile's sessions (asked of nox itself) and halo's commands."""
+"""What a matrix may name: the noxfile's sessions, asked of nox itself; and the pinned nox."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _nox_argv() -> list[str]:
     exe = shutil.which("nox")
     if exe is None:
         raise HaloError(
-            "halo ci: nox is not installed here (it is in the dev dependency group: "
+            "halo workflow: nox is not installed here (it is in the dev dependency group: "
             "`uv pip install --group dev`)"
         )
     return [exe]
@@ -41,17 +41,6 @@ def nox_sessions(noxfile: Path) -> frozenset[str]:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise HaloError(f"{noxfile}: nox could not list its sessions ({last})")
     return frozenset(str(s["session"]) for s in listing)
-
-
-def halo_commands() -> frozenset[str]:
-    import argparse
-
-    from halo.cli import build_parser
-
-    for action in build_parser()._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return frozenset(action.choices)
-    return frozenset()
 
 
 def dev_pin(pyproject: Path, name: str) -> str:

@@ -1,0 +1,102 @@
+"""`halo run IMAGE -- CMD…`, `halo docs check`, `halo clean`."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run", help="run a command inside an image with the shared docker flags (make train)"
+    )
+    p.add_argument("image", metavar="IMAGE", help="a catalog name (cpu, blackwell) or a reference")
+    p.add_argument(
+        "--gpus",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="GPU flags: auto = when the catalog builds IMAGE for CUDA architectures",
+    )
+    p.add_argument("--network", default="host", help="docker network (default: host)")
+    p.add_argument(
+        "--print",
+        dest="print_only",
+        action="store_true",
+        help="print the docker command instead of running it (what `make -n train` shows)",
+    )
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command to run")
+    p.set_defaults(func=_run)
+
+    docs = sub.add_parser("docs", help="check the README's and docs/' links and anchors")
+    dsub = docs.add_subparsers(dest="docs_command", metavar="ACTION", required=True)
+    p = dsub.add_parser("check", help="every relative link resolves, every #anchor exists")
+    p.set_defaults(func=_docs_check)
+
+    p = sub.add_parser("clean", help="remove caches and test scratch (never checkpoints)")
+    p.add_argument("--dry-run", action="store_true", help="list what would go")
+    p.set_defaults(func=_clean)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from halo.errors import HaloError
+    from halo.images.catalog import load_catalog
+    from halo.paths import find_repo, scratch_root
+    from halo.testing.container import (
+        RunSpec,
+        built_image_ref,
+        command_line,
+        is_gpu_image,
+        prepare_scratch,
+        run_spec,
+    )
+
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not argv:
+        raise HaloError("halo run: name the command to run after `--`")
+    ref = args.image
+    if ":" not in ref and "@" not in ref:
+        ref = load_catalog(find_repo()).image(ref).moving_ref
+    gpus = {"yes": True, "no": False}.get(args.gpus)
+    spec = RunSpec(
+        image=ref,
+        argv=argv,
+        gpus=is_gpu_image(ref) if gpus is None else gpus,
+        network=args.network,
+        workspace_writable=True,  # a job writes its outputs next to its config
+        credentials=True,
+        offline=False,
+    )
+    if args.print_only:
+        prepare_scratch(scratch_root())  # make runs the printed command itself
+        print(command_line(spec))
+        return 0
+    built_image_ref(ref)
+    return run_spec(spec)
+
+
+def _docs_check(args: argparse.Namespace) -> int:
+    from halo.devtools.doclinks import check
+    from halo.errors import HaloError
+    from halo.paths import find_repo
+
+    repo = find_repo()
+    count, broken = check(repo)
+    for b in broken:
+        print(f"{b.file.relative_to(repo)}:{b.line}: {b.target}: {b.why}")
+    if broken:
+        raise HaloError(f"docs: {len(broken)} broken link(s) in {count} file(s)")
+    print(f"docs: {count} files, every link and anchor resolves")
+    return 0
+
+
+def _clean(args: argparse.Namespace) -> int:
+    from halo.devtools.clean import clean
+    from halo.paths import find_repo, scratch_root
+
+    repo, scratch = find_repo(), scratch_root()
+    removed = clean(repo, scratch, dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for r in removed:
+        kept = f" (kept {', '.join(str(k) for k in r.kept)})" if r.kept else ""
+        print(f"{verb} {r.path}{kept}")
+    print(f"clean: {len(removed)} paths {verb}; checkpoints are never removed")
+    return 0

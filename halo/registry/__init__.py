@@ -1,0 +1,1 @@
+"""The OCI distribution edge: references, credentials, the HTTP API, moving blobs."""

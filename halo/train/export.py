@@ -1,0 +1,135 @@
+"""Hugging Face model folders: what transformers, vLLM and SGLang load.
+
+``write_hf`` writes safetensors shards (with their index when there is more than one),
+config.json, generation_config.json and the tokenizer with its chat template into a folder.
+Checkpoints use it for their model part; ``halo export CHECKPOINT OUT`` copies that part of a
+verified checkpoint into a serving folder; online GRPO calls ``write_hf`` after an update.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from halo.atomic import staged_dir
+from halo.errors import HaloError
+
+if TYPE_CHECKING:
+    import torch
+
+INDEX = "model.safetensors.index.json"
+# What a serving folder holds from a checkpoint (the rest is trainer state).
+TRAINER_STATE = ("meta.json", "trainer")
+SHARD_BYTES = 2 * 1024**3
+
+
+def shards(state: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:
+    """Tensors in key order, cut into groups of at most ``max_bytes`` (one tensor at least)."""
+    out: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for key in sorted(state):
+        t = state[key]
+        n = t.numel() * t.element_size()
+        if out[-1] and size + n > max_bytes:
+            out.append({})
+            size = 0
+        out[-1][key] = t
+        size += n
+    return out
+
+
+def write_weights(folder: Path, state: dict[str, torch.Tensor], max_bytes: int) -> None:
+    from safetensors.torch import save_file
+
+    groups = shards(state, max_bytes)
+    if len(groups) == 1:
+        save_file(_contiguous(groups[0]), str(folder / "model.safetensors"), {"format": "pt"})
+        return
+    weight_map, total = {}, 0
+    for i, group in enumerate(groups, 1):
+        name = f"model-{i:05d}-of-{len(groups):05d}.safetensors"
+        save_file(_contiguous(group), str(folder / name), {"format": "pt"})
+        for key, t in group.items():
+            weight_map[key] = name
+            total += t.numel() * t.element_size()
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (folder / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+
+
+def _contiguous(group: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.detach().to("cpu").contiguous() for k, v in group.items()}
+
+
+def write_hf(
+    folder: Path,
+    state: dict[str, torch.Tensor],
+    config: Any,
+    tokenizer: Any,
+    max_shard_bytes: int = SHARD_BYTES,
+) -> None:
+    """A loadable model folder in ``folder`` (which exists and is empty)."""
+    from transformers import GenerationConfig
+
+    if getattr(config, "tie_word_embeddings", False):
+        # Tied: the head is the embedding; loaders re-tie it, so it is stored once.
+        state = {k: v for k, v in state.items() if not k.endswith("lm_head.weight")}
+    write_weights(folder, state, max_shard_bytes)
+    config.save_pretrained(str(folder))
+    gen = GenerationConfig.from_model_config(config)
+    gen.eos_token_id = tokenizer.eos_id
+    gen.pad_token_id = tokenizer.pad_id
+    gen.save_pretrained(str(folder))
+    tokenizer.save(folder)
+
+
+def model_files(checkpoint: Path) -> list[Path]:
+    """The serving part of a checkpoint folder: every file but the trainer's state."""
+    return sorted(
+        p
+        for p in checkpoint.iterdir()
+        if p.name not in TRAINER_STATE and not p.name.startswith(".")
+    )
+
+
+def export(checkpoint: Path, out: Path) -> Path:
+    """Copy a verified checkpoint's model files to ``out`` (complete or absent)."""
+    from halo.train import checkpoint as ck
+
+    if not (checkpoint / "meta.json").is_file():
+        raise HaloError(f"{checkpoint}: not a checkpoint (no meta.json)")
+    problem = ck.verify(checkpoint)
+    if problem:
+        raise HaloError(f"{checkpoint}: {problem}")
+    if out.exists() and any(out.iterdir()):
+        raise HaloError(f"{out}: exists and is not empty")
+    if out.exists():
+        out.rmdir()
+    with staged_dir(out) as tmp:
+        for p in model_files(checkpoint):
+            if p.is_dir():
+                shutil.copytree(p, tmp / p.name)
+            else:
+                shutil.copy2(p, tmp / p.name)
+        tmp.chmod(0o755)
+    return out
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "export",
+        help="write a checkpoint's model as a Hugging Face serving folder",
+        description="Copy the Hugging Face model files of CHECKPOINT (verified against its "
+        "meta.json) into OUT: what transformers, vLLM and SGLang load.",
+    )
+    p.add_argument("checkpoint", type=Path)
+    p.add_argument("out", type=Path)
+    p.set_defaults(func=_cli)
+
+
+def _cli(args: argparse.Namespace) -> int:
+    out = export(args.checkpoint, args.out)
+    print(f"exported {args.checkpoint} -> {out}")
+    return 0

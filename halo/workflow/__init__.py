@@ -1,0 +1,1 @@
+"""The GitHub workflow: ci/matrix.yaml (which nox sessions run where) rendered into .github/."""

@@ -1,0 +1,171 @@
+"""The Makefile's targets, the shared docker run flags, `halo docs check` and `halo clean`."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from support import REPO, halo
+
+from halo.devtools.clean import clean
+from halo.devtools.doclinks import anchors, check, slug
+from halo.testing.container import RunSpec, docker_run_args
+
+TARGETS = (
+    "train", "seed-hf-cache", "ecr-public-login", "push-public-all", "push-public-blackwell",
+    "push-public-hopper", "push-public-vllm", "push-public-sglang", "format", "precommit",
+    "docs", "install", "clean",
+)  # fmt: skip
+
+
+def _make(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    if shutil.which("make") is None:
+        pytest.skip("needs GNU make (.ci/run installs it)")
+    return subprocess.run(
+        ["make", "--no-print-directory", *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_make_help_lists_every_target() -> None:
+    proc = _make("help")
+    assert proc.returncode == 0, proc.stderr
+    listed = {line.split()[0] for line in proc.stdout.splitlines() if line.strip()}
+    assert set(TARGETS) <= listed
+    assert "$$" not in proc.stdout
+
+
+def test_each_target_is_one_nox_session_or_one_halo_command() -> None:
+    for target in TARGETS:
+        if target == "train":
+            continue
+        proc = _make("-n", target, "LIST=pins/hf-cache.toml")
+        lines = [line for line in proc.stdout.splitlines() if line.strip()]
+        assert proc.returncode == 0 and len(lines) == 1, (target, proc.stdout, proc.stderr)
+        argv = shlex.split(lines[0])
+        assert argv[0] == "nox" or argv[0].endswith("halo"), (target, lines)
+
+
+def _train_line(image: str, ci: str = "") -> list[str]:
+    proc = _make(
+        "-n", "train", "CONFIG=examples/sft/config.yaml", f"IMAGE={image}", "NPROC=8",
+        "EXTRA=--lr=1e-4 --training.max_steps=8", env={"CI": ci},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1, proc.stdout
+    return shlex.split(lines[0])
+
+
+def test_make_n_train_shows_the_gpu_flag_set_for_gpu_images() -> None:
+    argv = _train_line("halo:blackwell")
+    assert argv[1] == "run" and "--rm" in argv and "-d" not in argv and "--detach" not in argv
+    flags = " ".join(argv[: argv.index("halo:blackwell")])
+    for flag in (
+        "--gpus all", "--ipc=host", "--ulimit memlock=-1", "--ulimit stack=67108864",
+        "--shm-size=", f"-v {REPO}:/workspace ", "-w /workspace",
+        "-e HF_HOME=/scratch/hf", "-e HF_DATASETS_CACHE=/scratch/hf/datasets",
+        "-e TMPDIR=/scratch/tmp", "-e HALO_DATA_ROOT=/scratch/data",
+        "-e CUDA_DEVICE_MAX_CONNECTIONS=1",
+    ):  # fmt: skip
+        assert flag in flags, flag
+    assert re.search(r"-v \S+:/scratch ", flags)
+    after = argv[argv.index("halo:blackwell") + 1 :]
+    assert after == [
+        "halo", "launch", "sft", "examples/sft/config.yaml", "--nproc", "8", "--",
+        "--lr=1e-4", "--training.max_steps=8",
+    ]  # fmt: skip
+    cpu = _train_line("halo:cpu")
+    assert "--gpus" not in cpu and "CUDA_DEVICE_MAX_CONNECTIONS=1" not in " ".join(cpu)
+
+
+def test_make_train_without_config_says_so() -> None:
+    proc = _make("train")
+    assert proc.returncode != 0
+    assert "CONFIG=path/to/config.yaml is required" in proc.stderr
+
+
+def test_credentials_only_when_asked_present_and_not_in_ci(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo, home = tmp_path / "repo", tmp_path / "home"
+    repo.mkdir()
+    (home / ".aws").mkdir(parents=True)
+    (repo / ".env").write_text("HF_TOKEN=x\n")
+    monkeypatch.delenv("CI", raising=False)
+    job = RunSpec(image="halo:cpu", argv=["true"], credentials=True)
+    args = " ".join(docker_run_args(job, repo, tmp_path / "s", home=home))
+    assert f"--env-file {repo}/.env" in args
+    assert f"-v {home}/.aws:/scratch/home/.aws:ro" in args
+    tier = " ".join(docker_run_args(RunSpec(image="halo:cpu", argv=["true"]), repo, tmp_path, home))
+    assert "--env-file" not in tier and ".aws" not in tier
+    monkeypatch.setenv("CI", "true")
+    in_ci = " ".join(docker_run_args(job, repo, tmp_path / "s", home=home))
+    assert "--env-file" not in in_ci and ".aws" not in in_ci
+    monkeypatch.delenv("CI")
+    (repo / ".env").unlink()
+    (home / ".aws").rmdir()
+    absent = " ".join(docker_run_args(job, repo, tmp_path / "s", home=home))
+    assert "--env-file" not in absent and ".aws" not in absent
+
+
+def test_docs_links_and_anchors(tmp_path: Path) -> None:
+    assert slug("Publishing, by digest (ECR Public)") == "publishing-by-digest-ecr-public"
+    assert anchors("# A\n## A\n```\n# not a heading\n```\n") == {"a", "a-1"}
+    count, broken = check(REPO)
+    assert count >= 2 and broken == []
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "x.md").write_text("# Real heading\n")
+    (tmp_path / "README.md").write_text(
+        "[ok](docs/x.md#real-heading) [gone](docs/y.md) [bad](docs/x.md#nope)\n"
+        "`[code](not/a/link.md)` [web](https://example.invalid/x)\n"
+    )
+    _, broken = check(tmp_path)
+    assert [(b.target, b.why) for b in broken] == [
+        ("docs/y.md", "no such file"),
+        ("docs/x.md#nope", "no heading with anchor #nope"),
+    ]
+    proc = halo("docs", "check", cwd=REPO)
+    assert proc.returncode == 0 and "every link and anchor resolves" in proc.stdout
+
+
+def test_clean_drops_caches_and_test_scratch_but_never_checkpoints(tmp_path: Path) -> None:
+    repo, scratch = tmp_path / "repo", tmp_path / "scratch"
+    for path in (
+        repo / ".pytest_cache" / "v",
+        repo / "halo" / "__pycache__" / "x.pyc",
+        repo / "build" / "lib" / "checkpoints" / "step_1" / "model.safetensors",
+        repo / "runs" / "checkpoints" / "job" / "model.safetensors",
+        scratch / "reports" / "cpu.xml",
+        scratch / "tmp" / "example-sft" / "checkpoints" / "epoch_0_step_2" / "state.pt",
+        scratch / "hf" / "hub" / "config.json",
+    ):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    removed = clean(repo, scratch)
+    assert {r.path.name for r in removed} >= {
+        ".pytest_cache",
+        "__pycache__",
+        "build",
+        "reports",
+        "tmp",
+    }
+    assert not (repo / ".pytest_cache").exists() and not (scratch / "reports").exists()
+    assert not (repo / "halo" / "__pycache__").exists()
+    for kept in (
+        repo / "build" / "lib" / "checkpoints" / "step_1" / "model.safetensors",
+        repo / "runs" / "checkpoints" / "job" / "model.safetensors",
+        scratch / "tmp" / "example-sft" / "checkpoints" / "epoch_0_step_2" / "state.pt",
+        scratch / "hf" / "hub" / "config.json",
+    ):
+        assert kept.is_file(), kept
+    assert not (repo / "build" / "lib" / "x").exists()
