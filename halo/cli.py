@@ -77,6 +77,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         error = os_error(exc)
         print(f"halo: error: {one_line(error.message)}", file=sys.stderr)
         return error.exit_code
+    except ModuleNotFoundError as exc:
+        if not exc.name or exc.name.split(".")[0] == "halo":
+            raise  # a bug in halo itself: its traceback is what fixes it
+        # The trainer's stack (torch, transformers) is optional on a toolchain host.
+        print(
+            f"halo: error: `halo {args.command}` needs the Python package '{exc.name}', which "
+            f"{sys.executable} does not have; run it inside the image (halo:cpu) or install "
+            "halo-posttrain[train]",
+            file=sys.stderr,
+        )
+        return HaloError.exit_code
     except UnicodeDecodeError as exc:
         # The same net for a text file read without halo.schema.read_text (which names it).
         print(

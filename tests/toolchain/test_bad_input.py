@@ -38,6 +38,9 @@ SANDBOX = {
     "UV_FIND_LINKS": "",
     "PIP_CONFIG_FILE": "/dev/null",
     "HALO_REGISTRY": "127.0.0.1:9/halo-test",
+    "HALO_STAGING_REGISTRY": "127.0.0.1:9/halo-test-staging",
+    "HF_HUB_OFFLINE": "1",
+    "HF_ENDPOINT": "http://127.0.0.1:9",
 }
 # The input files and their syntax. The locks and the trainer's configs are other modules'
 # (they read them through halo.schema too); their faults are here so every command is covered.
@@ -144,10 +147,15 @@ def argv_for(name: str, scratch: Path) -> list[str]:
             elif "--site" in flags:
                 argv += ["--site", str(scratch / "site")]  # never the test's own environment
             continue
-        if action.nargs in ("*", "+", "?") or action.nargs is None:
-            if action.dest == "help" or action.nargs == argparse.REMAINDER:
-                continue
-            argv.append(VALUES.get(action.metavar or "", VALUES.get(action.dest, "x")))
+        if action.dest == "help" or action.nargs == argparse.REMAINDER:
+            continue
+        value = VALUES.get(action.metavar or "", VALUES.get(action.dest))
+        if action.choices:  # one that only reads, where there is one (`serve status`)
+            safe = [c for c in action.choices if c in ("status", "list", "show", "check")]
+            value = (safe or list(action.choices))[0]
+        if value is None and action.nargs == "?":
+            continue  # optional and unknown: leave it to its default
+        argv.append(value or "x")
     return argv
 
 
