@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "halo.pins.cli",
     "halo.store.cli",
     "halo.images.cli",
+    "halo.cache.cli",
     "halo.patching.cli",
     "halo.testing.cli",
     "halo.rollout.cli",

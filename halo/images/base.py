@@ -177,6 +177,7 @@ def make_base(base: Base, repo: Path, docker: Docker, workdir: Path) -> BaseStat
                 build_args={
                     "FROM": base.from_ref,
                     "PYTHON": base.python,
+                    "PACKAGES": " ".join(base.packages),
                     "SOURCE_DATE_EPOCH": str(epoch),
                 },
                 labels={"org.opencontainers.image.base.name": base.from_ref},

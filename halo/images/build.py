@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import tempfile
 import time
 from collections.abc import Iterator
@@ -60,7 +61,7 @@ def build_args(catalog: Catalog, image: Image, repo: Path) -> dict[str, str]:
 def resolve_inputs(repo: Path, catalog: Catalog, image: Image, docker: Docker | None) -> Inputs:
     base = catalog.bases[image.base]
     builder = catalog.bases[image.builder] if image.builder else None
-    return image_inputs(
+    inputs = image_inputs(
         repo,
         image,
         base_state(base, repo, docker),
@@ -73,6 +74,13 @@ def resolve_inputs(repo: Path, catalog: Catalog, image: Image, docker: Docker | 
             "SOURCE_DATE_EPOCH": str(source_date_epoch()),
         },
     )
+    if not image.sources:
+        return inputs
+    # The kernels layer is what its derivations made: their hashes (toolchain included).
+    from halo.images.derivations import derivation_hash, image_derivations
+
+    drvs = image_derivations(repo, catalog, image, docker)
+    return Inputs({**inputs.parts, "derivations": {d.name: derivation_hash(d, repo) for d in drvs}})
 
 
 def labels(image: Image, inputs: Inputs) -> dict[str, str]:
@@ -145,13 +153,15 @@ def fetch_phase(
     repo: Path, catalog: Catalog, image: Image, store: Store, docker: Docker
 ) -> tuple[Lock, list[tuple[Path, str]]]:
     """Everything that may use the network: the base, the lock's artifacts, the derivations."""
+    from halo.images.derivations import BUILDER_VAR
     from halo.sources import index_urls, substitute_dirs
     from halo.store.fetch import fetch_lock, summary
     from halo.store.index import IndexClient
 
     work = cache_home() / "work"
     make_base(catalog.bases[image.base], repo, docker, work)
-    if image.builder:
+    if image.builder and os.environ.get(BUILDER_VAR) == "docker":
+        # Derivations compile natively (network-less namespaces) unless Docker is asked for.
         make_base(catalog.bases[image.builder], repo, docker, work)
     lock = load_lock(lock_path(repo / "pins", image.pins))
     print(summary(lock.set, fetch_lock(lock, store, IndexClient(index_urls()), substitute_dirs())))

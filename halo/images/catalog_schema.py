@@ -79,7 +79,8 @@ def _base(name: str, spec: BaseSpec, where: str, found: Problems) -> Base:
         "dockerfile": ("from_", "dockerfile"),
         "registry": ("from_",),
     }[spec.recipe]
-    allowed = {*needs, "variant", "packages"} if spec.recipe == "mmdebstrap" else set(needs)
+    extra = {"mmdebstrap": {"variant", "packages"}, "dockerfile": {"packages"}}
+    allowed = {*needs, *extra.get(spec.recipe, ())}
     for key in ("suite", "variant", "packages", "from_", "dockerfile"):
         shown = key.rstrip("_")
         value = getattr(spec, key)

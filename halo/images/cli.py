@@ -24,6 +24,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=_build)
 
+    p = isub.add_parser(
+        "kernels",
+        help="realise an image's source derivations: from the store, the cache, or compiled offline",
+    )
+    p.add_argument("names", nargs="*", metavar="NAME")
+    p.add_argument("--all", action="store_true", help="every image in the catalog")
+    p.add_argument(
+        "--only", action="append", default=[], metavar="SOURCE", help="only this source pin"
+    )
+    p.set_defaults(func=_kernels)
+
     p = isub.add_parser("plan", help="print what a build would do, without Docker")
     p.add_argument("names", nargs="*", metavar="NAME")
     p.add_argument("--all", action="store_true", help="every image in the catalog")
@@ -97,6 +108,45 @@ def _build(args: argparse.Namespace) -> int:
         built.append(result)
     print(report(built, Docker.discover()))
     remember(catalog)
+    return 0
+
+
+def _kernels(args: argparse.Namespace) -> int:
+    from halo.cache.config import configured_cache
+    from halo.errors import HaloError
+    from halo.images.catalog import load_catalog
+    from halo.images.derivations import derivation_hash, image_derivations, realise, realiser
+    from halo.images.plan import local_docker
+    from halo.paths import find_repo, store_root
+    from halo.report import table
+    from halo.store.store import Store
+
+    repo = find_repo()
+    catalog = load_catalog(repo)
+    docker = local_docker()
+    r = realiser(repo, Store(store_root()), docker, configured_cache())
+    rows = []
+    for image in _selected(catalog, args.names, args.all):
+        drvs = image_derivations(repo, catalog, image, docker)
+        unknown = sorted(set(args.only) - {d.name for d in drvs})
+        if unknown:
+            raise HaloError(f"--only {unknown[0]}: not a source of image {image.name}")
+        for drv in drvs:
+            if args.only and drv.name not in args.only:
+                continue
+            x = realise(drv, r)
+            when = f"{x.seconds:.0f}s" if x.built else "-"
+            rows.append(
+                (
+                    image.name,
+                    drv.name,
+                    derivation_hash(drv, repo)[:12],
+                    x.origin,
+                    when,
+                    x.wheel.name,
+                )
+            )
+    print(table(("image", "source", "derivation", "from", "compile", "wheel"), rows))
     return 0
 
 

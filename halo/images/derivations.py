@@ -1,79 +1,150 @@
 """Source builds as derivations: a wheel addressed by the hash of everything that made it.
 
-Inputs: the source tree's content hash (and subfolder), the builder base's digest, the
-Python, the exact wheels installed before building (by sha256: torch, CUDA headers, build
-tools), and the build environment (CUDA arch list, feature flags). Parallelism knobs
-(MAX_JOBS, NVCC_THREADS) only change how fast, so they are set from this host and left out.
-A derivation whose record exists in the store, with its wheel, is not built again.
+The derivation hash covers the pin's distribution, version and content hashes (its tree,
+each submodule, the subfolder built), the toolchain (its locked wheels by sha256; the
+interpreter ABI, C library and compilers of a native host, or the builder image's ID), the
+build environment (the image's CUDA architectures and the pin's feature flags), the source
+patches applied, and the recipe (the code that runs the build). Parallelism (MAX_JOBS,
+NVCC_THREADS) only changes how fast: it comes from this host (or the caller's environment),
+is never an input, and a pin that names it is refused.
+
+``realise`` looks in the store (the record and its wheel, verified now), then in the binary
+cache (halo.cache: trusted only through the recorded output hash and a signature or a
+pinned digest), and only then compiles: natively in a network-less namespace, or in Docker
+where the builder base is made here (``HALO_BUILDER=native|docker`` chooses).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import shutil
-import tarfile
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Protocol
 
-from halo.atomic import staged_dir, write_text
+from packaging.utils import parse_wheel_filename
+from packaging.version import Version
+
+from halo.builder.record import Compile, DerivationRecord, read_record, write_record
+from halo.builder.toolchain import (
+    Toolchain,
+    builder_venv,
+    docker_toolchain,
+    native_toolchain,
+)
 from halo.errors import HaloError
-from halo.hashing import sha256_file, sha256_json, sha256_tree
-from halo.images.catalog import Base, Catalog, Image
+from halo.hashing import sha256_file, sha256_json
+from halo.images.catalog import Catalog, Image
 from halo.images.docker import Docker
-from halo.pins.lockfile import Artifact, Lock
+from halo.patching.source import fingerprint, patch_tree, source_patches
+from halo.pins.lockfile import normalize
 from halo.pins.source_pins import SourcePin
-from halo.report import Progress, say
-from halo.schema import Sha256Hex, Strict, matches, read_text, validate
+from halo.report import say
+from halo.store.sources import Download, source_tree
 from halo.store.store import Store
 
-DOCKERFILE = Path("images/builder/Dockerfile")
+BUILDER_SET = "cuda-builder"  # the pin set whose wheels compile the CUDA images' source pins
+BUILDER_VAR = "HALO_BUILDER"  # native | docker; unset: docker where the builder base is made
+PARALLELISM = ("MAX_JOBS", "NVCC_THREADS")
 GIB = 1 << 30
+# The CUDA_HOME layout every kind of build compiles with (halo.stack.cuda_home).
+CUDA_HOME_CODE = "halo/stack/cuda_home.py"
+KINDS = ("native", "docker")
+
+
+def recipe(kind: str, repo: Path) -> dict[str, object]:
+    """What runs a build of this kind, as data: an input of every derivation built so."""
+    if kind == "native":
+        from halo.builder.native import recipe as native_recipe
+
+        how: object = native_recipe()
+    else:
+        from halo.builder.docker import DOCKERFILE
+
+        how = {"dockerfile": sha256_file(repo / DOCKERFILE)}
+    return {"kind": kind, "how": how, "cuda_home": sha256_file(repo / CUDA_HOME_CODE)}
+
+
+class Cache(Protocol):
+    """The binary cache as realise sees it (halo.cache.oci.RegistryCache)."""
+
+    def pull(self, drv_hash: str, store: Store) -> DerivationRecord | None: ...
 
 
 @dataclass(frozen=True)
 class Derivation:
-    name: str
-    source: Path  # a source tree already verified against content_sha256
-    content_sha256: str
-    subdirectory: str
-    builder_ref: str
-    builder_id: str
-    python: str
-    requirements: tuple[tuple[str, str, Artifact], ...]  # (name, version, wheel) installed first
+    pin: SourcePin
+    toolchain: Toolchain
     env: tuple[tuple[str, str], ...]
+    patches: tuple[tuple[str, str], ...]  # (patch name, fingerprint) of patches/sources/ applied
 
     @property
-    def inputs(self) -> dict[str, object]:
+    def name(self) -> str:
+        return self.pin.name
+
+    def inputs(self, repo: Path) -> dict[str, object]:
+        pin = self.pin
         return {
-            "name": self.name,
-            "content_sha256": self.content_sha256,
-            "subdirectory": self.subdirectory,
-            "builder": self.builder_id,
-            "python": self.python,
-            "requirements": sorted(f"{n}=={v} sha256:{a.sha256}" for n, v, a in self.requirements),
+            "name": pin.name,
+            "distribution": pin.distribution,
+            "version": pin.version,
+            "content": [
+                {"path": "", "subdirectory": "", "sha256": pin.content_sha256},
+                *(
+                    {"path": m.path, "subdirectory": m.subdirectory, "sha256": m.content_sha256}
+                    for m in pin.submodules
+                ),
+            ],
+            "subdirectory": pin.subdirectory,
+            "toolchain": self.toolchain.identity(),
             "env": dict(self.env),
-            "dockerfile_sha256": None,  # filled by derivation_hash: the recipe is an input too
+            "patches": dict(self.patches),
+            "recipe": recipe(self.toolchain.kind, repo),
         }
 
 
 def derivation_hash(drv: Derivation, repo: Path) -> str:
-    inputs = drv.inputs
-    inputs["dockerfile_sha256"] = sha256_file(repo / DOCKERFILE)
-    return sha256_json(inputs)
+    return sha256_json(drv.inputs(repo))
 
 
-@dataclass(frozen=True)
-class Realised:
-    name: str
-    hash: str
-    wheel: Path
-    sha256: str
-    built: bool  # False: reused from the store, nothing compiled
+def arch_env(arches: Sequence[str]) -> dict[str, str]:
+    """The CUDA architectures as each build system reads them.
+
+    ``TORCH_CUDA_ARCH_LIST`` (torch.utils.cpp_extension; DeepEP) takes ``9.0a;10.0``;
+    FlashAttention's ``FLASH_ATTN_CUDA_ARCHS`` takes ``90;100`` (FA2 compiles each listed
+    SM, 80;90;100;120 when unset; FA3 fixes its own sm_90a).
+    """
+    if not arches:
+        raise HaloError("a CUDA derivation needs at least one architecture (images.yaml cuda_arch)")
+    digits = [a.replace(".", "").rstrip("af") for a in arches]
+    return {"TORCH_CUDA_ARCH_LIST": ";".join(arches), "FLASH_ATTN_CUDA_ARCHS": ";".join(digits)}
+
+
+def derivation_env(pin: SourcePin, image: Image) -> tuple[tuple[str, str], ...]:
+    """The pin's knobs plus the architectures: the image's, unless the pin names its own."""
+    named = sorted(set(pin.env) & set(PARALLELISM))
+    if named:
+        raise HaloError(
+            f"pins/sources.toml: source.{pin.name}.env.{named[0]}: parallelism is set from the "
+            "building host (never an input of the derivation); remove it"
+        )
+    own = pin.cuda_arch.get(image.pins)
+    arches = own.split(";") if own else list(image.cuda_arch)
+    return tuple(sorted({**pin.env, **arch_env(arches)}.items()))
+
+
+def derivation_for(pin: SourcePin, image: Image, toolchain: Toolchain, patches: Path) -> Derivation:
+    """The derivation of one source pin for one image: what the build and the plan both hash."""
+    chosen = source_patches(patches, pin.distribution)
+    return Derivation(
+        pin=pin,
+        toolchain=toolchain,
+        env=derivation_env(pin, image),
+        patches=tuple(sorted(fingerprint(chosen).items())),
+    )
 
 
 def build_jobs(
@@ -97,92 +168,149 @@ def _available_memory() -> int:
     return 8 * GIB
 
 
-def _record_path(store: Store, drv_hash: str) -> Path:
-    return store.root / "derivations" / f"{drv_hash}.json"
+def parallelism() -> dict[str, str]:
+    """MAX_JOBS / NVCC_THREADS: the caller's, else what fits this host. Never hashed."""
+    jobs, threads = build_jobs()
+    return {
+        "MAX_JOBS": os.environ.get("MAX_JOBS") or str(jobs),
+        "NVCC_THREADS": os.environ.get("NVCC_THREADS") or str(threads),
+    }
 
 
-class DerivationRecord(Strict):
-    """derivations/<hash>.json in the store: which wheel a derivation's inputs made."""
+@dataclass(frozen=True)
+class Realised:
+    name: str
+    hash: str
+    wheel: Path
+    sha256: str
+    origin: str  # "store", "cache" (pulled, nothing compiled) or "built"
+    seconds: float = 0.0
 
-    wheel: Annotated[str, matches(r"[A-Za-z0-9_.+-]+\.whl", "a wheel file name")]
-    sha256: Sha256Hex
-    inputs: dict[str, object]
-
-
-def cached(store: Store, drv_hash: str) -> tuple[str, str] | None:
-    """(wheel file name, sha256) of a realised derivation whose wheel is in the store, verified.
-
-    Checked on every use: a record that does not parse, or a wheel that no longer hashes to
-    what the record says (its stamp spares the hash while the file is untouched), counts as
-    not built, so the derivation is built again and both are replaced.
-    """
-    record = _record_path(store, drv_hash)
-    if not record.is_file():
-        return None
-    try:
-        data = validate(DerivationRecord, json.loads(read_text(record)), str(record))
-    except (HaloError, ValueError) as exc:
-        say(f"derivation {drv_hash[:12]}: record unusable ({exc}); building again")
-        return None
-    if not store.has(data.sha256):
-        return None
-    if store.check(data.sha256) is not None:
-        say(f"derivation {drv_hash[:12]}: {data.wheel} in the store is corrupted; building again")
-        return None
-    return data.wheel, data.sha256
+    @property
+    def built(self) -> bool:
+        return self.origin == "built"
 
 
-def realise(drv: Derivation, repo: Path, store: Store, docker: Docker, workdir: Path) -> Realised:
-    drv_hash = derivation_hash(drv, repo)
-    hit = cached(store, drv_hash)
-    if hit:
-        wheel, sha = hit
-        say(f"derivation {drv.name}: cached ({drv_hash[:12]}, {wheel}); nothing to compile")
-        return Realised(drv.name, drv_hash, _named(store, sha, wheel, workdir), sha, built=False)
+@dataclass(frozen=True)
+class Realiser:
+    """Where realise finds and keeps things; side effects live behind these."""
 
-    jobs, nvcc = build_jobs()
+    repo: Path
+    store: Store
+    workdir: Path
+    cache: Cache | None = None
+    docker: Docker | None = None
+    substitutes: tuple[Path, ...] = ()
+    download: Download | None = None
+    keep_log: Path | None = None  # a folder that keeps each build's log
+    patches: Path | None = None  # the patches folder; default: the repository's
+
+    @property
+    def patches_dir(self) -> Path:
+        return self.patches or self.repo / "patches"
+
+
+def realise(drv: Derivation, r: Realiser) -> Realised:
+    inputs = drv.inputs(r.repo)  # once: the record must name exactly what was hashed
+    drv_hash = sha256_json(inputs)
+    record = read_record(r.store, drv_hash)
+    origin = "store"
+    if record is None and r.cache is not None:
+        record = r.cache.pull(drv_hash, r.store)
+        if record is not None:
+            write_record(r.store, record)
+            origin = "cache"
+    if record is not None:
+        say(
+            f"derivation {drv.name}: {origin} ({drv_hash[:12]}, {record.wheel}); nothing to compile"
+        )
+        wheel = _named(r.store, record.sha256, record.wheel, r.workdir)
+        return Realised(drv.name, drv_hash, wheel, record.sha256, origin)
+    return _build(drv, inputs, drv_hash, r)
+
+
+def _build(drv: Derivation, inputs: dict[str, object], drv_hash: str, r: Realiser) -> Realised:
+    tree = source_tree(drv.pin, r.store, r.workdir, r.substitutes, r.download)
+    parallel = parallelism()
+    tc = drv.toolchain
     say(
-        f"derivation {drv.name}: building {drv_hash[:12]} in {drv.builder_ref} (MAX_JOBS={jobs}, NVCC_THREADS={nvcc}, network none)"
+        f"derivation {drv.name}: compiling {drv_hash[:12]} ({tc.kind}, network none, "
+        f"MAX_JOBS={parallel['MAX_JOBS']}, NVCC_THREADS={parallel['NVCC_THREADS']})"
     )
-    workdir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=workdir, prefix=f"drv-{drv.name}-") as tmp:
-        ctx, out = Path(tmp) / "ctx", Path(tmp) / "out"
-        _stage(drv, ctx, store)
-        docker.build(
-            context=ctx,
-            dockerfile=repo / DOCKERFILE,
-            tags=[],
-            build_args={
-                "BUILDER": drv.builder_ref,
-                "PYTHON": drv.python,
-                "SUBDIR": drv.subdirectory or ".",
-                "MAX_JOBS": str(jobs),
-                "NVCC_THREADS": str(nvcc),
-                **{k: v for k, v in drv.env if k == "TORCH_CUDA_ARCH_LIST"},
-            },
-            labels={},
-            network="none",
-            output=out,
+    r.workdir.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(dir=r.workdir, prefix=f"drv-{drv.name}-") as tmp:
+        work = Path(tmp)
+        src = work / "src"
+        shutil.copytree(tree, src, symlinks=True)
+        applied = patch_tree(
+            src, drv.pin.distribution, drv.pin.version, _patches(r.patches_dir, drv)
         )
-        wheels = sorted(out.glob("*.whl"))
-        if len(wheels) != 1:
-            raise HaloError(
-                f"derivation {drv.name}: expected one wheel from the build, got {[w.name for w in wheels]}"
-            )
-        sha = sha256_file(wheels[0])
-        store.add_file(sha, wheels[0], wheels[0].name)
-        write_text(
-            _record_path(store, drv_hash),
-            json.dumps(
-                {"wheel": wheels[0].name, "sha256": sha, "inputs": drv.inputs},
-                indent=2,
-                sort_keys=True,
-            )
-            + "\n",
+        for res in applied:
+            say(f"  source patch {res.name}: {res.state}")
+        env = {**dict(drv.env), **parallel}
+        if tc.kind == "native":
+            from halo.builder import native
+
+            venv = builder_venv(tc, r.store, r.patches_dir, r.workdir)
+            try:
+                wheel = native.build_wheel(venv, work, drv.pin.subdirectory, env, drv.name)
+            finally:
+                _keep_log(work / "build.log", r.keep_log, f"{drv.name}-{drv_hash[:12]}.log")
+        else:
+            from halo.builder import docker as docker_build
+
+            if r.docker is None:
+                raise HaloError(f"derivation {drv.name}: the docker builder needs a Docker engine")
+            wheel = docker_build.build_wheel(
+                tc, src, drv.pin.subdirectory, dict(drv.env), parallel, work, r.repo,
+                r.docker, r.store, drv.name,
+            )  # fmt: skip
+        _check_wheel(drv.pin, wheel)
+        sha = sha256_file(wheel)
+        r.store.add_file(sha, wheel, wheel.name)
+        seconds = time.monotonic() - start
+        record = DerivationRecord(
+            name=drv.name,
+            hash=drv_hash,
+            wheel=wheel.name,
+            sha256=sha,
+            inputs=inputs,
+            compile=Compile(
+                seconds=round(seconds, 1),
+                jobs=int(parallel["MAX_JOBS"]),
+                cores=os.cpu_count() or 1,
+            ),
         )
-        name = wheels[0].name
-    say(f"derivation {drv.name}: built {name} (sha256 {sha[:12]})")
-    return Realised(drv.name, drv_hash, _named(store, sha, name, workdir), sha, built=True)
+        write_record(r.store, record)
+    say(f"derivation {drv.name}: built {wheel.name} in {seconds:.0f}s (sha256 {sha[:12]})")
+    return Realised(
+        drv.name, drv_hash, _named(r.store, sha, wheel.name, r.workdir), sha, "built", seconds
+    )
+
+
+def _keep_log(log: Path, folder: Path | None, name: str) -> None:
+    """Keep a build's log (success or failure) outside the build folder, which goes away."""
+    if folder is not None and log.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(log, folder / name)
+        say(f"  build log: {folder / name}")
+
+
+def _patches(patches_dir: Path, drv: Derivation) -> list:
+    chosen = source_patches(patches_dir, drv.pin.distribution)
+    if sorted(fingerprint(chosen).items()) != list(drv.patches):
+        raise HaloError(f"derivation {drv.name}: patches/sources/ changed since it was planned")
+    return chosen
+
+
+def _check_wheel(pin: SourcePin, wheel: Path) -> None:
+    name, version, _, _ = parse_wheel_filename(wheel.name)
+    if normalize(name) != normalize(pin.distribution) or version != Version(pin.version):
+        raise HaloError(
+            f"derivation {pin.name}: the build made {name} {version}, the pin says "
+            f"{pin.distribution} {pin.version} (pins/sources.toml)"
+        )
 
 
 def _named(store: Store, sha: str, wheel: str, workdir: Path) -> Path:
@@ -193,174 +321,73 @@ def _named(store: Store, sha: str, wheel: str, workdir: Path) -> Path:
     return path
 
 
-def _stage(drv: Derivation, ctx: Path, store: Store) -> None:
-    shutil.copytree(drv.source, ctx / "src", symlinks=True)
-    wheels = ctx / "wheels"
-    lines = []
-    for name, version, art in drv.requirements:
-        store.verify(art.sha256, art.file)
-        store.link_into(art.sha256, wheels / art.file)
-        lines.append(f"{name}=={version} --hash=sha256:{art.sha256}")
-        if name == "pip":
-            store.link_into(art.sha256, wheels / "_pip.whl")
-    if not (wheels / "_pip.whl").exists():
-        raise HaloError(f"derivation {drv.name}: its requirements must include pip")
-    (wheels / "requirements.txt").write_text("\n".join(sorted(lines)) + "\n")
-    (ctx / "env").mkdir()
-    (ctx / "env" / "build.env").write_text("".join(f"{k}={_sh_quote(v)}\n" for k, v in drv.env))
+def builder_kind(repo: Path, catalog: Catalog, image: Image, docker: Docker | None) -> str:
+    """``$HALO_BUILDER``, else docker where the image's builder base is made here, else native."""
+    from halo.images.base import base_state
+
+    chosen = os.environ.get(BUILDER_VAR, "")
+    if chosen:
+        if chosen not in KINDS:
+            raise HaloError(f"${BUILDER_VAR}: {chosen!r}: expected one of {', '.join(KINDS)}")
+        return chosen
+    builder = catalog.bases.get(image.builder or image.base)
+    if docker is not None and builder is not None and base_state(builder, repo, docker).image_id:
+        return "docker"
+    return "native"
 
 
-def _sh_quote(value: str) -> str:
-    return "'" + value.replace("'", "'\"'\"'") + "'"
+def toolchain_for(repo: Path, catalog: Catalog, image: Image, docker: Docker | None) -> Toolchain:
+    from halo.images.base import base_state
+    from halo.pins.lockfile import load_lock, lock_path
+    from halo.stack.interpreter import find_python
+
+    lock = load_lock(lock_path(repo / "pins", BUILDER_SET))
+    if builder_kind(repo, catalog, image, docker) == "docker":
+        builder = catalog.bases[image.builder or image.base]
+        state = base_state(builder, repo, docker)
+        if not state.image_id:
+            raise HaloError(f"base {builder.name}: not made; run `halo image base {image.name}`")
+        return docker_toolchain(lock, builder.python, state.ref, state.image_id)
+    python, _ = find_python(lock.python)
+    return native_toolchain(lock, python)
 
 
-def requirements_from(
-    lock_packages: Sequence, names: Sequence[str] | None = None
-) -> tuple[tuple[str, str, Artifact], ...]:
-    """Wheels of a lock to install before building (all of them when ``names`` is None)."""
-    from halo.pins.lockfile import normalize
+def image_derivations(
+    repo: Path, catalog: Catalog, image: Image, docker: Docker | None
+) -> list[Derivation]:
+    from halo.pins.source_pins import load_source_pins
 
-    wanted = None if names is None else {normalize(n) for n in names}
-    out = []
-    for pkg in lock_packages:
-        if wanted is not None and normalize(pkg.name) not in wanted:
-            continue
-        wheel = next((a for a in pkg.artifacts if a.is_wheel), None)
-        if wheel is None:
-            raise HaloError(f"{pkg.name}: no wheel in the lock to install in the builder")
-        out.append((pkg.name, pkg.version, wheel))
-    return tuple(out)
+    if not image.sources:
+        return []
+    pins = {p.name: p for p in load_source_pins(repo / "pins")}
+    missing = [n for n in image.sources if n not in pins]
+    if missing:
+        raise HaloError(f"{repo / 'pins' / 'sources.toml'}: no source pin '{missing[0]}'")
+    toolchain = toolchain_for(repo, catalog, image, docker)
+    return [derivation_for(pins[n], image, toolchain, repo / "patches") for n in image.sources]
 
 
-def tree_problem(pin: SourcePin, tree: Path) -> str | None:
-    """Why a stored source tree is not what its pin says, or None: hashed again on every use.
+def realiser(repo: Path, store: Store, docker: Docker | None, cache: Cache | None) -> Realiser:
+    from halo.paths import cache_home
+    from halo.store.sources import substitute_dirs
 
-    The pin's hash covers the repository's files outside its submodules; each submodule's
-    covers its own folder (or the subfolder the build uses).
-    """
-    subs = tuple(m.path.strip("/") + "/" for m in pin.submodules)
-    got = sha256_tree(tree, exclude=subs)
-    if got != pin.content_sha256:
-        return f"{pin.name}: content hash {got}, pin says {pin.content_sha256}"
-    for m in pin.submodules:
-        folder = tree / m.path / m.subdirectory if m.subdirectory else tree / m.path
-        got = sha256_tree(folder) if folder.is_dir() else "missing"
-        if got != m.content_sha256:
-            return f"{pin.name}/{m.path}: content hash {got}, pin says {m.content_sha256}"
-    return None
-
-
-def source_tree(pin: SourcePin, store: Store, workdir: Path) -> Path:
-    """The pinned source with its submodules, unpacked and verified by content hash (fetch phase).
-
-    A stored tree is verified again before each use; one that changed is fetched again.
-    """
-    key = sha256_json([pin.content_sha256, *(m.content_sha256 for m in pin.submodules)])
-    final = store.root / "sources" / key
-    if final.is_dir():
-        problem = tree_problem(pin, final)
-        if problem is None:
-            return final
-        say(f"source {problem}: the stored tree changed; fetching it again")
-    with staged_dir(final) as tree:
-        _unpack_verified(
-            pin.repository, pin.commit, pin.content_sha256, "", tree, pin.name, workdir
-        )
-        for sub in pin.submodules:
-            dest = tree / sub.path
-            shutil.rmtree(dest, ignore_errors=True)
-            _unpack_verified(
-                sub.repository,
-                sub.commit,
-                sub.content_sha256,
-                sub.subdirectory,
-                dest,
-                f"{pin.name}/{sub.path}",
-                workdir,
-            )
-    return final
-
-
-def _unpack_verified(
-    repository: str,
-    commit: str,
-    want: str,
-    subdirectory: str,
-    dest: Path,
-    label: str,
-    workdir: Path,
-) -> None:
-    from halo.pins.source_hash import source_hash
-    from halo.store.index import IndexClient
-
-    url = f"{repository.rstrip('/')}/archive/{commit}.tar.gz"
-    workdir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        archive = Path(tmp) / "src.tar.gz"
-        length, chunks = IndexClient.download(url)
-        progress = Progress(f"{label}@{commit[:12]}", length)
-        with archive.open("wb") as fh:
-            for chunk in chunks:
-                fh.write(chunk)
-                progress.advance(len(chunk))
-        progress.finish()
-        got = source_hash(archive, subdirectory)
-        if got != want:
-            raise HaloError(
-                f"{label}: source of {commit} has content hash {got}, pin says {want}; not kept"
-            )
-        unpacked = Path(tmp) / "x"
-        with tarfile.open(archive) as tf:
-            tf.extractall(unpacked, filter="data")
-        (root,) = list(unpacked.iterdir())
-        shutil.copytree(root, dest, symlinks=True, dirs_exist_ok=True)
-
-
-def derivation_for(
-    pin: SourcePin,
-    image: Image,
-    builder: Base,
-    builder_ref: str,
-    builder_id: str,
-    lock: Lock,
-    source: Path,
-) -> Derivation:
-    """The derivation of one source pin for one image: what both the build and the plan hash."""
-    arch = pin.cuda_arch.get(image.pins) or ";".join(image.cuda_arch)
-    return Derivation(
-        name=pin.name,
-        source=source,
-        content_sha256=pin.content_sha256,
-        subdirectory=pin.subdirectory,
-        builder_ref=builder_ref,
-        builder_id=builder_id,
-        python=builder.python,
-        requirements=requirements_from(lock.packages),
-        env=tuple(sorted({**pin.env, "TORCH_CUDA_ARCH_LIST": arch}.items())),
+    return Realiser(
+        repo=repo,
+        store=store,
+        workdir=cache_home() / "work",
+        cache=cache,
+        docker=docker,
+        substitutes=tuple(substitute_dirs()),
+        keep_log=cache_home() / "logs",
     )
 
 
 def build_sources(
-    repo: Path, catalog: Catalog, image: Image, store: Store, docker: Docker
+    repo: Path, catalog: Catalog, image: Image, store: Store, docker: Docker | None
 ) -> list[tuple[Path, str]]:
     """Realise every source pin of an image; returns (wheel, sha256) for the kernels layer."""
-    from halo.images.base import base_state
-    from halo.paths import cache_home
-    from halo.pins.lockfile import load_lock, lock_path
-    from halo.pins.source_pins import load_source_pins
+    from halo.cache.config import configured_cache
 
-    pins = {p.name: p for p in load_source_pins(repo / "pins")}
-    builder = catalog.bases[image.builder or image.base]
-    state = base_state(builder, repo, docker)
-    if not state.image_id:
-        raise HaloError(f"base {builder.name}: not made; run `halo image base {image.name}`")
-    lock = load_lock(lock_path(repo / "pins", image.pins))
-    work = cache_home() / "work"
-    out = []
-    for name in image.sources:
-        drv = derivation_for(pins[name], image, builder, state.ref, state.image_id, lock, Path())
-        if cached(store, derivation_hash(drv, repo)) is None:  # the source is needed to build
-            drv = dataclasses.replace(drv, source=source_tree(pins[name], store, work))
-        realised = realise(drv, repo, store, docker, work)
-        out.append((realised.wheel, realised.sha256))
-    return out
+    r = realiser(repo, store, docker, configured_cache())
+    realised = [realise(d, r) for d in image_derivations(repo, catalog, image, docker)]
+    return [(x.wheel, x.sha256) for x in realised]

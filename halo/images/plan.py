@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from halo.errors import HaloError
-from halo.images.base import base_ref, base_state, recipe_hash
+from halo.images.base import base_ref
 from halo.images.build import build_args, labels, resolve_inputs
 from halo.images.catalog import Catalog, Image
 from halo.images.docker import Builder, Docker, build_argv
-from halo.images.inputs import base_identity
 from halo.pins.lockfile import Artifact, Lock, load_lock, lock_name, lock_path
 from halo.report import human_bytes, table
 from halo.store.store import Store
@@ -54,32 +53,29 @@ def artifact_plans(lock: Lock, store: Store) -> list[ArtifactPlan]:
 
 
 def derivation_rows(
-    repo: Path, catalog: Catalog, image: Image, store: Store, lock: Lock, docker: Docker | None
+    repo: Path, catalog: Catalog, image: Image, store: Store, docker: Docker | None
 ) -> list[tuple[str, ...]]:
-    from halo.images.derivations import cached, derivation_for, derivation_hash
-    from halo.pins.source_pins import load_source_pins
+    """Per source derivation: where its wheel is (store, cache) or what compiling it costs here."""
+    from halo.cache.config import configured_cache
+    from halo.images.derivations import derivation_hash, image_derivations
+    from halo.images.estimate import CacheProbe, compile_estimate, where
 
-    if not image.sources:
-        return []
-    pins = {p.name: p for p in load_source_pins(repo / "pins")}
-    builder = catalog.bases[image.builder or image.base]
-    ref = base_ref(builder, repo)
-    builder_id = base_identity(base_state(builder, repo, docker), recipe_hash(builder, repo))
+    drvs = image_derivations(repo, catalog, image, docker)
+    cache = CacheProbe(configured_cache() if drvs else None)
     rows = []
-    for name in image.sources:
-        pin = pins[name]
-        drv = derivation_for(pin, image, builder, ref, builder_id, lock, source=Path())
+    for drv in drvs:
         h = derivation_hash(drv, repo)
-        hit = cached(store, h)
         rows.append(
             (
-                name,
-                pin.commit[:12],
+                drv.name,
+                drv.pin.commit[:12],
                 dict(drv.env)["TORCH_CUDA_ARCH_LIST"],
-                h[:12],
-                f"cached ({hit[0]})" if hit else "to build",
+                f"{drv.toolchain.kind} {h[:12]}",
+                where(h, store, cache) or compile_estimate(drv, store),
             )
         )
+    if cache.problem:
+        rows.append(("(cache)", "", "", "", f"not consulted: {cache.problem}"))
     return rows
 
 
@@ -131,9 +127,9 @@ def render_plan(
     )
     lines.append(table(("stage", "base", "ref", "recipe"), stage_rows))
 
-    drv_rows = derivation_rows(repo, catalog, image, store, lock, docker)
+    drv_rows = derivation_rows(repo, catalog, image, store, docker)
     if drv_rows:
-        lines.append("\nsource derivations (built in the builder stage, --network none):")
+        lines.append("\nsource derivations (compiled offline, once per input hash; HALO_BUILDER):")
         lines.append(table(("source", "commit", "cuda arch", "derivation", "wheel"), drv_rows))
 
     have = sum(a.in_store for a in arts)

@@ -16,7 +16,7 @@ from packaging.version import InvalidVersion, Version
 from halo.atomic import write_bytes
 from halo.errors import HaloError
 from halo.patching.model import Edit, Patch, Result, State
-from halo.patching.site import find_distribution
+from halo.patching.site import Installed, find_distribution
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,9 @@ def _compile_check(patch: Patch, path: Path, data: bytes) -> None:
         raise HaloError(f"patch {patch.name}: {path}: edited file does not compile: {exc}") from exc
 
 
-def plan_patch(patch: Patch, site: Path) -> Plan:
-    installed = find_distribution(site, patch.distribution)
+def plan_patch(patch: Patch, site: Path, installed: Installed | None = None) -> Plan:
+    """``installed`` stands for the distribution when ``site`` has no metadata (a source tree)."""
+    installed = installed or find_distribution(site, patch.distribution)
     if installed is None:
         return Plan(
             _result(patch, None, State.NOT_INSTALLED, f"{patch.distribution} is not installed")

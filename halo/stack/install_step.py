@@ -9,7 +9,9 @@ scratch). It
    (``PIP_FLAGS``), with every pip configuration of the host switched off,
 3. applies the metadata patches staged with it (patches that edit ``*.dist-info`` files,
    so that ``pip check`` sees the stack as the lock means it), strictly,
-4. runs ``pip check`` and removes bytecode caches.
+4. runs ``pip check`` and removes bytecode caches,
+5. assembles ``VENV/cuda`` when the lock brings nvcc (halo.stack.cuda_home): the CUDA_HOME
+   that DeepEP's JIT and the derivation builds compile with.
 
 Only the standard library is imported before the venv exists; step 3 runs again under the
 venv's interpreter, where the lock's ``packaging`` is installed for the patch engine.
@@ -88,6 +90,10 @@ def install(here: Path, venv: Path, wheels: Path) -> None:
     )
     run([python, here, "patch", here / PATCHES], env)
     run([python, "-m", "pip", "check"], env)
+    from halo.stack.cuda_home import assemble
+
+    if (home := assemble(venv)) is not None:
+        say(f"CUDA_HOME: {home} (the lock's nvcc and headers)")
     for cache in sorted(venv.rglob("__pycache__"), reverse=True):
         shutil.rmtree(cache, ignore_errors=True)
     say(f"done: {venv}")

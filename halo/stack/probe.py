@@ -28,6 +28,23 @@ def _last_line(exc: BaseException) -> str:
     return text.splitlines()[-1] if text else type(exc).__name__
 
 
+def _loaded_nccl() -> str | None:
+    """The version of the libnccl this process loaded (torch's own report is the version it was
+    built against), or None when none is loaded."""
+    import ctypes
+    import os
+
+    try:
+        lib = ctypes.CDLL("libnccl.so.2", mode=os.RTLD_NOLOAD)
+        code = ctypes.c_int()
+        if lib.ncclGetVersion(ctypes.byref(code)) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    major, rest = divmod(code.value, 10000)  # NCCL >= 2.9: MAJOR*10000 + MINOR*100 + PATCH
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
 def imports(spec: dict) -> dict:
     out: dict = {"modules": {}, "absent": {}}
     for name in spec.get("modules", []):
@@ -51,6 +68,7 @@ def imports(spec: dict) -> dict:
         with contextlib.suppress(Exception):
             nccl = ".".join(str(p) for p in torch.cuda.nccl.version())
         out["torch"] = {"version": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl}
+        out["nccl_loaded"] = _loaded_nccl()
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         out["numpy"] = numpy.__version__

@@ -35,6 +35,7 @@ INSTALL_MODULES = (
     "patching/loader.py",
     "stack/__init__.py",
     "stack/install_step.py",
+    "stack/cuda_home.py",
 )
 PACKAGE_INIT = '"""halo, as much of it as the install step runs (see halo.stack.stage)."""\n'
 MAIN = (

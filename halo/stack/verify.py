@@ -2,10 +2,13 @@
 
 One ``Row`` per check (check, result, detail); a failed row carries one line per failure.
 Checks: install (the images' install step: offline, hash-checked, metadata patches, pip
-check), pip-check, versions (installed == lock), imports, torch (CUDA 13 build), nccl
+check), kernels (the set's source derivations realised in the store, installed as the
+image's layer 2 does; their modules join the imports), pip-check, versions (installed ==
+lock), imports, torch (CUDA 13 build), nccl
 (torch's == the lock's), numpy (<2 in training sets), absent (FA4 not in hopper), elf (the
 linkage audit), patches (strict, with states), server-args (serve.sh against the real
-parser), cpu-tier (the CPU tier natively in the venv, on request).
+parser), jit-toolchain (where the lock brings nvcc: VENV/cuda is the CUDA torch was built
+for and compiles a kernel), cpu-tier (the CPU tier natively in the venv, on request).
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from halo.patching.loader import load_patches
 from halo.pins.invariants import NCCL, TORCH, Policy
 from halo.pins.lockfile import Lock, normalize
 from halo.report import human_bytes, say
+from halo.stack import kernels as kernels_module
 from halo.stack import probe as probe_module
+from halo.stack.cuda_home import HOME_DIR
 from halo.stack.install_step import clean_env
 from halo.stack.linkage import audit
 from halo.stack.servers import serve_script, server_argv, unset_variables
@@ -38,6 +43,7 @@ from halo.stack.stage import install_argv, stage
 from halo.store.store import Store
 
 OK, FAIL, SKIP = "ok", "FAIL", "skip"
+NVCC = "nvidia-cuda-nvcc"  # a lock that brings it brings DeepEP's JIT toolchain
 STAMP = ".halo-stack.json"
 PROBE_MARK = "@@halo-probe@@"
 PROBE_TIMEOUT_S = 900
@@ -78,8 +84,14 @@ def site_packages(venv: Path) -> Path:
     return found[0]
 
 
-def _run_env() -> dict[str, str]:
-    return clean_env(os.environ)
+def _run_env(venv: Path | None = None) -> dict[str, str]:
+    """The host's environment without pip/Python settings; with the venv's CUDA_HOME where the
+    lock brings nvcc, as the training images set it (DeepEP's JIT compiles with it)."""
+    env = clean_env(os.environ)
+    env.pop("CUDA_HOME", None)
+    if venv is not None and (venv / HOME_DIR).is_dir():
+        env["CUDA_HOME"] = str(venv / HOME_DIR)
+    return env
 
 
 # --- install ----------------------------------------------------------------------------------
@@ -166,7 +178,8 @@ def installed(site: Path) -> dict[str, tuple[str, str]]:
     return found
 
 
-def versions(inputs: Inputs, site: Path) -> Row:
+def versions(inputs: Inputs, site: Path, kernels: frozenset[str] = frozenset()) -> Row:
+    """Installed == locked; the only other distributions are the set's kernels (source pins)."""
     have = installed(site)
     failures = []
     for pkg in inputs.lock.packages:
@@ -175,7 +188,7 @@ def versions(inputs: Inputs, site: Path) -> Row:
             failures.append(f"{pkg.name}: locked {pkg.version}, not installed")
         elif Version(got[1]) != Version(pkg.version):
             failures.append(f"{pkg.name}: installed {got[1]}, locked {pkg.version}")
-    locked = {normalize(p.name) for p in inputs.lock.packages}
+    locked = {normalize(p.name) for p in inputs.lock.packages} | kernels
     failures += [
         f"{n}: installed {v}, not in the lock"
         for k, (n, v) in sorted(have.items())
@@ -184,21 +197,22 @@ def versions(inputs: Inputs, site: Path) -> Row:
     return _row("versions", failures, f"{len(have)} distributions, each at its locked version")
 
 
-def run_probe(inputs: Inputs, workdir: Path) -> dict:
+def run_probe(inputs: Inputs, workdir: Path, extra: tuple[str, ...] = ()) -> dict:
     spec = inputs.spec
-    request: dict[str, object] = {"modules": list(spec.modules), "absent": list(spec.absent)}
+    modules = [*spec.modules, *(m for m in extra if m not in spec.modules)]
+    request: dict[str, object] = {"modules": modules, "absent": list(spec.absent)}
     if spec.server:
         request["server"] = spec.server
         request["argv"] = server_argv(serve_script(inputs.images, spec.server), spec.server)
     workdir.mkdir(parents=True, exist_ok=True)
-    say(f"  {spec.set}: importing {', '.join(spec.modules)} (no GPU; a minute for a server)")
+    say(f"  {spec.set}: importing {', '.join(modules)} (no GPU; a minute for a server)")
     try:
         proc = subprocess.run(
             [str(inputs.venv / "bin" / "python"), "-I", probe_module.__file__, json.dumps(request)],
             capture_output=True,
             text=True,
             cwd=workdir,  # nothing of the checkout on sys.path
-            env=_run_env(),
+            env=_run_env(inputs.venv),
             timeout=PROBE_TIMEOUT_S,
             check=False,
         )
@@ -244,13 +258,19 @@ def probe_rows(inputs: Inputs, result: dict, site: Path) -> list[Row]:
         )
         rows.append(_row("torch", failures, detail))
         want = _lock_version(lock, NCCL)
-        got = torch.get("nccl") if torch else None
+        built = torch.get("nccl") if torch else None
+        loaded = result.get("nccl_loaded")
+        got = loaded or built
         failures = []
         if want is None:
             failures.append(f"the lock has no {NCCL}")
         elif got != want:
-            failures.append(f"torch reports NCCL {got}, the lock has {NCCL} {want}")
-        rows.append(_row("nccl", failures, f"torch's NCCL {got} == {NCCL} {want}"))
+            who = "the loaded NCCL is" if loaded else "torch reports NCCL"
+            failures.append(f"{who} {got}, the lock has {NCCL} {want}")
+        # torch reports the NCCL it was built against; where the lock overrides it (DeepEP
+        # needs a newer one), the library it loads is the lock's.
+        built_note = f" (torch built against {built})" if loaded and built != loaded else ""
+        rows.append(_row("nccl", failures, f"torch's NCCL {got} == {NCCL} {want}{built_note}"))
     if spec.numpy_below_2:
         got = result.get("numpy")
         bad = got is None or Version(got) >= Version("2")
@@ -290,6 +310,24 @@ def probe_rows(inputs: Inputs, result: dict, site: Path) -> list[Row]:
         )
         rows.append(_row("server-args", failures, detail))
     return rows
+
+
+def install_kernels(inputs: Inputs) -> tuple[Row, list[kernels_module.Kernel]]:
+    """The set's realised source derivations, installed as the image's kernels layer does."""
+    work = inputs.venv.with_name(f".{inputs.venv.name}.kernels")
+    found = kernels_module.set_kernels(inputs.repo, inputs.spec.set, inputs.store, work)
+    failures = kernels_module.install(inputs.venv, found, _run_env(inputs.venv))
+    row = _row("kernels", failures, kernels_module.kernel_detail(found))
+    if not failures and any(k.wheel is None for k in found):
+        row = Row("kernels", SKIP, row.detail)
+    return row, found
+
+
+def jit_toolchain(inputs: Inputs, torch: dict | None) -> Row:
+    failures, detail = kernels_module.cuda_home(
+        inputs.venv, (torch or {}).get("cuda"), _run_env(inputs.venv)
+    )
+    return _row("jit-toolchain", failures, detail)
 
 
 def elf(inputs: Inputs, site: Path) -> Row:
@@ -360,12 +398,18 @@ def verify(
     if not (inputs.venv / "bin" / "python").exists():
         return rows
     site = site_packages(inputs.venv)
+    kernel_row, kernels = install_kernels(inputs)
+    if kernels:  # a set whose images build source pins
+        add(kernel_row)
     add(pip_check(inputs))
-    add(versions(inputs, site))
+    add(versions(inputs, site, frozenset(normalize(k.distribution) for k in kernels if k.wheel)))
     add(patches(inputs, site))
-    result = run_probe(inputs, inputs.venv.with_name(f".{inputs.venv.name}.probe"))
+    modules = tuple(m for k in kernels for m in k.modules)
+    result = run_probe(inputs, inputs.venv.with_name(f".{inputs.venv.name}.probe"), modules)
     for row in probe_rows(inputs, result, site):
         add(row)
+    if inputs.lock.package(NVCC) is not None:
+        add(jit_toolchain(inputs, result.get("torch")))
     add(elf(inputs, site))
     if cpu_tier_scratch is not None:
         add(cpu_tier(inputs, cpu_tier_scratch, result.get("torch")))

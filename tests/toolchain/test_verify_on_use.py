@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from halo.builder.record import read_record
 from halo.errors import HaloError
 from halo.hashing import sha256_json, sha256_tree
-from halo.images.derivations import cached, source_tree, tree_problem
 from halo.pins.source_pins import SourcePin, Submodule
+from halo.store.sources import source_tree, tree_path, tree_problem
 from halo.store.store import Store
 
 
@@ -48,8 +49,7 @@ def _pin(tree: Path) -> SourcePin:
 def _stored(tmp_path: Path) -> tuple[Store, SourcePin, Path]:
     store = Store(tmp_path / "store")
     pin = _pin(_tree(tmp_path / "src"))
-    key = sha256_json([pin.content_sha256, *(m.content_sha256 for m in pin.submodules)])
-    final = store.root / "sources" / key
+    final = tree_path(store, pin)
     final.parent.mkdir(parents=True)
     _tree(final)
     return store, pin, final
@@ -80,35 +80,64 @@ def test_a_changed_source_tree_is_never_used(tmp_path: Path, path: str, expected
         source_tree(pin, store, tmp_path / "work")
 
 
-def _record(store: Store, wheel: bytes, name: str = "fa-1-cp311-cp311-linux_x86_64.whl") -> str:
+WHEEL = "fa-1-cp311-cp311-linux_x86_64.whl"
+INPUTS: dict[str, object] = {"source": "fa", "arch": "9.0"}
+DRV = sha256_json(INPUTS)
+
+
+def _record(store: Store, wheel: bytes) -> str:
     sha = hashlib.sha256(wheel).hexdigest()
-    store.add_stream(sha, [wheel], name)
-    drv_hash = "d" * 64
+    store.add_stream(sha, [wheel], WHEEL)
     folder = store.root / "derivations"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{drv_hash}.json").write_text(
-        json.dumps({"wheel": name, "sha256": sha, "inputs": {}})
-    )
-    return drv_hash
+    record = {"name": "fa", "hash": DRV, "wheel": WHEEL, "sha256": sha, "inputs": INPUTS}
+    (folder / f"{DRV}.json").write_text(json.dumps(record))
+    return DRV
 
 
 def test_a_derivation_record_is_used_only_with_its_wheel_intact(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
     drv_hash = _record(store, b"a compiled wheel")
     sha = hashlib.sha256(b"a compiled wheel").hexdigest()
-    assert cached(store, drv_hash) == ("fa-1-cp311-cp311-linux_x86_64.whl", sha)
+    record = read_record(store, drv_hash)
+    assert record is not None and (record.wheel, record.sha256) == (WHEEL, sha)
     wheel = store.path(sha)
     wheel.chmod(0o644)
-    wheel.write_bytes(b"a compiled whEel")
-    assert cached(store, drv_hash) is None, "a corrupted output means: build again"
+    wheel.write_bytes(b"a compiled whEel")  # same size; the stamp no longer fits (mtime)
+    assert read_record(store, drv_hash) is None, "a corrupted output means: build again"
 
 
 @pytest.mark.parametrize(
     "record",
     [
         "{not json",
-        '{"wheel": "../../x.whl", "sha256": "' + "0" * 64 + '", "inputs": {}}',
-        '{"wheel": "x.whl", "sha256": "../../etc/passwd", "inputs": {}}',
+        json.dumps(
+            {
+                "name": "fa",
+                "hash": DRV,
+                "wheel": "../../x.whl",
+                "sha256": "0" * 64,
+                "inputs": INPUTS,
+            }
+        ),
+        json.dumps(
+            {
+                "name": "fa",
+                "hash": DRV,
+                "wheel": WHEEL,
+                "sha256": "../../etc/passwd",
+                "inputs": INPUTS,
+            }
+        ),
+        json.dumps(
+            {
+                "name": "fa",
+                "hash": DRV,
+                "wheel": WHEEL,
+                "sha256": "0" * 64,
+                "inputs": {"source": "another"},
+            }
+        ),
         '{"wheel": "x.whl"}',
         b"\xff\xfe not utf-8",
     ],
@@ -120,4 +149,4 @@ def test_an_unusable_derivation_record_means_build_again(
     drv_hash = _record(store, b"a compiled wheel")
     path = store.root / "derivations" / f"{drv_hash}.json"
     path.write_bytes(record if isinstance(record, bytes) else record.encode())
-    assert cached(store, drv_hash) is None
+    assert read_record(store, drv_hash) is None

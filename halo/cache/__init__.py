@@ -1,0 +1,1 @@
+"""The binary cache: derivation outputs shared through an OCI registry, compiled once per team."""
