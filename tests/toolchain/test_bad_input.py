@@ -1,7 +1,7 @@
 """No traceback for any bad input: every input file with each fault, every `halo` subcommand.
 
-Fault classes: not UTF-8, a folder where the file should be, missing, malformed, a duplicate
-key, a wrong type, an unknown key, empty; and for the places halo writes to, a store that is
+Fault classes: not UTF-8, a folder where the file should be, unreadable, missing, malformed,
+a duplicate key, a wrong type, an unknown key, empty; and for the places halo writes to, a store that is
 a file, read-only or full, and a cache that is a file. The answer must be one line naming
 the file, exit 2, and nothing written.
 
@@ -73,6 +73,12 @@ def _folder(path: Path, rel: str, kind: str) -> None:
     path.mkdir()
 
 
+def _unreadable(path: Path, rel: str, kind: str) -> None:
+    """A file no one can open, root included (chmod 000 does not stop root): a symlink loop."""
+    path.unlink()
+    path.symlink_to(path.name)
+
+
 def _text(make: Callable[[Path, str, str], str]) -> Callable[[Path, str, str], None]:
     def apply(path: Path, rel: str, kind: str) -> None:
         path.write_text(make(path, rel, kind))
@@ -83,6 +89,7 @@ def _text(make: Callable[[Path, str, str], str]) -> Callable[[Path, str, str], N
 FILE_FAULTS: dict[str, Callable[[Path, str, str], None]] = {
     "not-utf8": _not_utf8,
     "a-folder": _folder,
+    "unreadable": _unreadable,
     "missing": lambda path, rel, kind: path.unlink(),
     "malformed": _text(lambda p, r, k: "key: [unclosed\n" if k == "yaml" else "key = [unclosed\n"),
     "duplicate-key": _text(lambda p, r, k: "a: 1\na: 2\n" if k == "yaml" else "a = 1\na = 2\n"),
@@ -287,7 +294,7 @@ READERS = {
     "images/images.yaml": ["image", "plan", "cpu"],
     "pins/sets.toml": ["fetch", "cpu"],
     "pins/sources.toml": ["image", "plan", "blackwell"],  # the image with source builds
-    "ci/matrix.yaml": ["ci", "render", "--check"],
+    "ci/matrix.yaml": ["workflow", "render", "--check"],
 }
 
 
