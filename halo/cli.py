@@ -14,30 +14,43 @@ from collections.abc import Sequence
 from halo import __version__
 from halo.errors import HaloError, os_error
 
-# Each module exposes register(subparsers) and sets `func` on its parsers.
-COMMAND_MODULES = (
-    "halo.pins.cli",
-    "halo.store.cli",
-    "halo.images.cli",
-    "halo.cache.cli",
-    "halo.patching.cli",
-    "halo.testing.cli",
-    "halo.rollout.cli",
-    "halo.stack.cli",
-    "halo.workflow.cli",
-    "halo.devtools.cli",
-    "halo.train.cli",
-)
+# Each module exposes register(subparsers) and sets `func` on its parsers. A run builds only
+# the parser of the command it names (a no-op build is budgeted well under a second; some
+# modules' parsers pull in pydantic or the trainer's config); any other argv, `--help` included,
+# gets them all. A command missing here still works, through the full parser.
+COMMANDS = {
+    "pins": "halo.pins.cli",
+    "fetch": "halo.store.cli",
+    "store": "halo.store.cli",
+    "image": "halo.images.cli",
+    "cache": "halo.cache.cli",
+    "patches": "halo.patching.cli",
+    "test": "halo.testing.cli",
+    "example": "halo.testing.cli",
+    "serve": "halo.rollout.cli",
+    "stack": "halo.stack.cli",
+    "workflow": "halo.workflow.cli",
+    "run": "halo.devtools.cli",
+    "docs": "halo.devtools.cli",
+    "clean": "halo.devtools.cli",
+    "launch": "halo.train.cli",
+    "preflight": "halo.train.cli",
+    "export": "halo.train.cli",
+    "hf-cache": "halo.train.cli",
+}
+COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; with ``command``, only that command's module is loaded (see COMMANDS)."""
+    modules = (COMMANDS[command],) if command in COMMANDS else COMMAND_MODULES
     parser = argparse.ArgumentParser(
         prog="halo",
         description="Halo: train with `halo launch`; lock, fetch, build, test and publish the images.",
     )
     parser.add_argument("--version", action="version", version=f"halo {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
+    for name in modules:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -59,7 +72,8 @@ def one_line(message: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -26,10 +26,11 @@ from halo.images.catalog import Catalog, Image
 from halo.images.docker import Docker
 from halo.images.inputs import Inputs, image_inputs
 from halo.paths import cache_home
-from halo.pins.lockfile import Lock, load_lock, lock_path
+from halo.pins.names import lock_path
 from halo.report import human_bytes, say, table
 
 if TYPE_CHECKING:
+    from halo.pins.lockfile import Lock
     from halo.store.store import Store
 
 # The fetch and build phases import what they need when they run: a no-op build (the common
@@ -128,6 +129,7 @@ def rehash_for_push(repo: Path, image: Image) -> None:
     """Before anything leaves the machine: every stored artifact of the image's lock hashed
     again (a stamp spares the hash for a build, not for a push)."""
     from halo.paths import store_root
+    from halo.pins.lockfile import load_lock
     from halo.store.store import Store
 
     store = Store(store_root())
@@ -154,6 +156,7 @@ def fetch_phase(
 ) -> tuple[Lock, list[tuple[Path, str]]]:
     """Everything that may use the network: the base, the lock's artifacts, the derivations."""
     from halo.images.derivations import BUILDER_VAR
+    from halo.pins.lockfile import load_lock
     from halo.sources import index_urls, substitute_dirs
     from halo.store.fetch import fetch_lock, summary
     from halo.store.index import IndexClient
@@ -261,8 +264,8 @@ def build_image(
 ) -> Built:
     start = time.monotonic()
     docker = Docker.discover()
-    # a missing or broken lock fails before anything else
-    load_lock(lock_path(repo / "pins", image.pins))
+    # A missing lock fails here (its bytes are an input); a broken one before anything is
+    # fetched. An image built from these same bytes (and this same halo) parsed them already.
     inputs = resolve_inputs(repo, catalog, image, docker)
     existing = None if force else up_to_date(docker, image, inputs)
     if existing:
@@ -270,6 +273,9 @@ def build_image(
             docker.tag(image.immutable_ref(inputs.hash), image.moving_ref)
         return Built(image, inputs, existing, rebuilt=False, seconds=time.monotonic() - start)
     docker.ping()  # not on the no-op path: the lookups above would have failed already
+    from halo.pins.lockfile import load_lock
+
+    load_lock(lock_path(repo / "pins", image.pins))
     if time.time() < source_date_epoch():
         raise HaloError(
             f"SOURCE_DATE_EPOCH={source_date_epoch()} is in the future of this machine's clock; "

@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from halo.errors import HaloError
+from halo.pins.names import lock_name, lock_path  # noqa: F401  (re-exported: readers use both)
 
 LOCK_VERSION = "1.0"
 CREATED_BY = "halo"
@@ -85,14 +86,6 @@ class Lock:
 
 def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def lock_name(set_name: str) -> str:
-    return f"pylock.{set_name}.toml"
-
-
-def lock_path(pins_dir: Path, set_name: str) -> Path:
-    return pins_dir / lock_name(set_name)
 
 
 # --- the schema -------------------------------------------------------------------------

@@ -388,3 +388,18 @@ def test_an_output_that_cannot_be_written_is_one_line_naming_it(tmp_path: Path) 
         f"halo: error: {blocker}: already exists (a file where a folder should be?)"
     )
     assert blocker.read_text() == "where the output folder should be\n"
+
+
+def test_each_command_is_mapped_to_the_module_that_registers_it() -> None:
+    """A run loads only its command's module (halo.cli.COMMANDS): the map must be exact."""
+    import importlib
+
+    from halo.cli import COMMAND_MODULES, COMMANDS
+
+    for module in COMMAND_MODULES:
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(module).register(sub)
+        assert set(sub.choices) == {c for c, m in COMMANDS.items() if m == module}, module
+    assert set(build_parser().parse_args(["image", "plan", "cpu"]).__dict__) == set(
+        build_parser("image").parse_args(["image", "plan", "cpu"]).__dict__
+    )
