@@ -17,7 +17,9 @@ def find_repo(start: Path | None = None) -> Path:
         return Path(env).resolve()
     here = (start or Path.cwd()).resolve()
     for cand in (here, *here.parents):
-        if all((cand / m).exists() for m in REPO_MARKERS):
+        # lexists: a marker that is there but broken (a symlink loop) still marks the
+        # checkout, so the reader of that file names what is wrong with it.
+        if all(os.path.lexists(cand / m) for m in REPO_MARKERS):
             return cand
     raise HaloError(
         f"{here}: not inside a Halo checkout (no images/images.yaml above it); set HALO_REPO"

@@ -11,18 +11,34 @@ file (and key path), never a traceback.
 - `load_toml(text, origin)`: tomllib, with its error as one line.
 - `validate(model, data, origin)`: a pydantic model (strict, unknown keys forbidden), with
   every problem reported at once, each as ``key.path: what was expected``.
+- `Problems`: the same, for a file checked in parts (each entry on its own, then what ties
+  entries together), so one bad entry does not hide the problems of the others.
+- Field types shared by the input files: `Name`, `OciRepository`, `OciTag`, `Sha256Hex`,
+  `RelativePath`, `matches(pattern, what)`, and `Strict`, the model base (unknown keys
+  forbidden, no coercion). They live in halo.schema_types and are imported from here on first
+  use: pydantic costs a few hundred ms to import, which a no-op build does not pay.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import tomllib
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-
 from halo.errors import HaloError
+
+_TYPES = ("Strict", "matches", "Name", "OciRepository", "OciTag", "Sha256Hex", "RelativePath")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TYPES:
+        from halo import schema_types
+
+        return getattr(schema_types, name)
+    raise AttributeError(f"module 'halo.schema' has no attribute {name!r}")
+
 
 M = TypeVar("M")
 
@@ -52,43 +68,50 @@ def read_text(path: Path) -> str:
     return decode(read_bytes(path), str(path))
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys and reads 1e-5 as a float."""
+@functools.cache
+def _strict_loader() -> type:
+    """A SafeLoader (libyaml's when PyYAML has it) that refuses duplicate keys and reads 1e-5
+    as a float. Made on first use: yaml is not imported by commands that read no YAML."""
+    import yaml
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                hash(key)
-            except TypeError:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"unhashable key {key!r}", key_node.start_mark
-                ) from None
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None,
-                    None,
-                    f"duplicate key {key!r} (first at line {seen[key] + 1})",
-                    key_node.start_mark,
-                )
-            seen[key] = key_node.start_mark.line
-        return super().construct_mapping(node, deep=deep)
+    class StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    hash(key)
+                except TypeError:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"unhashable key {key!r}", key_node.start_mark
+                    ) from None
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"duplicate key {key!r} (first at line {seen[key] + 1})",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line
+            return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
 
-
-_StrictLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _StrictLoader.construct_mapping
-)
-_StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)$"),
-    list("-+0123456789"),
-)
+    StrictLoader.add_constructor(
+        yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, StrictLoader.construct_mapping
+    )
+    StrictLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)$"),
+        list("-+0123456789"),
+    )
+    return StrictLoader
 
 
 def load_yaml(text: str, origin: str) -> Any:
+    """Strict YAML (no duplicate keys); a syntax error is one line naming where it is."""
+    import yaml
+
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+        return yaml.load(text, Loader=_strict_loader())  # a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise HaloError(f"{origin}: not valid YAML: {' '.join(str(exc).split())}") from None
 
@@ -130,6 +153,12 @@ def problems(exc: Exception) -> list[str]:
     return out
 
 
+def _summary(origin: str, found: list[str]) -> HaloError:
+    """``FILE: N problem(s): key: what was expected; ...`` on one line."""
+    n = len(found)
+    return HaloError(f"{origin}: {n} problem{'s' if n > 1 else ''}: " + "; ".join(found))
+
+
 def validate(model: type[M], data: Any, origin: str) -> M:
     """``data`` as ``model`` (a pydantic BaseModel), or one HaloError listing every problem."""
     from pydantic import ValidationError
@@ -137,8 +166,33 @@ def validate(model: type[M], data: Any, origin: str) -> M:
     try:
         return model.model_validate(data)  # type: ignore[attr-defined,no-any-return]
     except ValidationError as exc:
-        found = problems(exc)
-        n = len(found)
-        raise HaloError(
-            f"{origin}: {n} problem{'s' if n > 1 else ''}: " + "; ".join(found)
-        ) from None
+        raise _summary(origin, problems(exc)) from None
+
+
+class Problems:
+    """Every problem of one file, collected across its parts, raised as one line at the end."""
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+        self.found: list[str] = []
+
+    def model(self, model: type[M], data: Any, where: str = "") -> M | None:
+        """``data`` as ``model``; on failure its problems are kept (prefixed by ``where``)."""
+        from pydantic import ValidationError
+
+        try:
+            return model.model_validate(data)  # type: ignore[attr-defined,no-any-return]
+        except ValidationError as exc:
+            for line in problems(exc):
+                key, _, msg = line.partition(": ")
+                path = where if key == "(top level)" else (f"{where}.{key}" if where else key)
+                path = path.replace(".[", "[")
+                self.found.append(f"{path or '(top level)'}: {msg}")
+            return None
+
+    def add(self, where: str, message: str) -> None:
+        self.found.append(f"{where}: {message}")
+
+    def check(self) -> None:
+        if self.found:
+            raise _summary(self.origin, self.found)

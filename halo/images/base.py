@@ -7,10 +7,8 @@ A made base is content-addressed twice: its tag carries the hash of its recipe, 
 from __future__ import annotations
 
 import io
-import json
 import os
 import subprocess
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +29,7 @@ def source_date_epoch() -> int:
 
 def recipe_hash(base: Base, repo: Path) -> str:
     definition: dict[str, object] = dict(base.definition)
+    definition["mount_points"] = list(MOUNT_POINTS)
     if base.dockerfile:
         definition["dockerfile_sha256"] = sha256_file(repo / base.dockerfile)
     return sha256_json(definition)
@@ -53,10 +52,43 @@ def base_state(base: Base, repo: Path, docker: Docker | None) -> BaseState:
     return BaseState(ref, docker.image_id(ref) if docker else None)
 
 
-def docker_archive(rootfs_tar: Path, out: Path, epoch: int, created_by: str) -> None:
-    """Wrap a rootfs tarball as a one-layer image archive for `docker load`, deterministically."""
-    diff_id = "sha256:" + sha256_file(rootfs_tar)
-    created = _iso(epoch)
+# Paths every build step mounts something on. A base that lacks them makes BuildKit create a
+# stub in each RUN step's layer, with the build's time on it; so a made base carries them,
+# empty (no host name or resolver from the machine that made it).
+MOUNT_POINTS = ("dev/", "etc/hostname", "etc/hosts", "etc/resolv.conf")
+
+
+def mount_points_tar(out: Path, epoch: int) -> None:
+    """A tiny layer holding MOUNT_POINTS: an empty folder and empty files, at ``epoch``."""
+    import tarfile
+
+    with tarfile.open(out, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for name in MOUNT_POINTS:
+            info = tarfile.TarInfo(name.rstrip("/"))
+            info.mtime, info.uid, info.gid = epoch, 0, 0
+            if name.endswith("/"):
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            else:
+                info.mode = 0o644
+                tar.addfile(info, io.BytesIO(b""))
+
+
+def base_archive(rootfs_tar: Path, out: Path, epoch: int, created_by: str) -> str:
+    """Wrap a rootfs tarball as an image archive for `docker load`, deterministically.
+
+    Two layers: the rootfs, then the mount points. Returns the image ID, which Docker derives
+    from exactly these config bytes, so it is known before loading.
+    """
+    from halo.images.reproducible import canonical, docker_archive, iso
+
+    points = out.with_name("mount-points.tar")
+    mount_points_tar(points, epoch)
+    layers = [
+        ("sha256:" + sha256_file(rootfs_tar), rootfs_tar),
+        ("sha256:" + sha256_file(points), points),
+    ]
+    created = iso(epoch)
     config = {
         "architecture": "amd64",
         "os": "linux",
@@ -65,38 +97,15 @@ def docker_archive(rootfs_tar: Path, out: Path, epoch: int, created_by: str) -> 
             "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
             "Cmd": ["/bin/bash"],
         },
-        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-        "history": [{"created": created, "created_by": created_by}],
+        "rootfs": {"type": "layers", "diff_ids": [d for d, _ in layers]},
+        "history": [
+            {"created": created, "created_by": created_by},
+            {"created": created, "created_by": "halo: mount points " + " ".join(MOUNT_POINTS)},
+        ],
     }
-    config_bytes = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
-    # Docker derives the image ID from exactly these bytes, so it is known before loading.
-    config_name = sha256_bytes(config_bytes) + ".json"
-    layer_name = diff_id.removeprefix("sha256:") + "/layer.tar"
-    manifest = json.dumps(
-        [{"Config": config_name, "RepoTags": None, "Layers": [layer_name]}]
-    ).encode()
-    with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in ((config_name, config_bytes), ("manifest.json", manifest)):
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime, info.mode = len(data), epoch, 0o644
-            tar.addfile(info, io.BytesIO(data))
-        info = tar.gettarinfo(str(rootfs_tar), arcname=layer_name)
-        info.mtime, info.uid, info.gid, info.uname, info.gname, info.mode = (
-            epoch,
-            0,
-            0,
-            "",
-            "",
-            0o644,
-        )
-        with rootfs_tar.open("rb") as fh:
-            tar.addfile(info, fh)
-
-
-def _iso(epoch: int) -> str:
-    import datetime
-
-    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    data = canonical(config)
+    docker_archive(out, data, [], layers, epoch)
+    return "sha256:" + sha256_bytes(data)
 
 
 def _mmdebstrap(base: Base, rootfs: Path, epoch: int) -> None:
@@ -134,6 +143,7 @@ def make_base(base: Base, repo: Path, docker: Docker, workdir: Path) -> BaseStat
     if state.image_id:
         say(f"base {base.name}: present ({state.ref}, {state.image_id[:19]})")
         return state
+    docker.ping()  # "not here" must not be an engine that does not answer
     if base.recipe == "registry":
         raise HaloError(
             f"base {base.name}: {base.from_ref} is not on this machine; `docker pull` it first"
@@ -145,19 +155,23 @@ def make_base(base: Base, repo: Path, docker: Docker, workdir: Path) -> BaseStat
             rootfs = Path(tmp) / "rootfs.tar"
             _mmdebstrap(base, rootfs, epoch)
             archive = Path(tmp) / "image.tar"
-            docker_archive(
+            image_id = base_archive(
                 rootfs,
                 archive,
                 epoch,
                 f"mmdebstrap --variant={base.variant} {base.suite} +{','.join(base.packages)}",
             )
             docker.load(archive)
-            image_id = _loaded_id(archive)
             docker.tag(image_id, state.ref)
         else:
             say(f"base {base.name}: docker build {base.dockerfile} FROM {base.from_ref}")
+            ctx = Path(tmp) / "context"
+            for name in MOUNT_POINTS:  # the Dockerfile copies these to /
+                target = ctx / "mount-points" / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.mkdir() if name.endswith("/") else target.write_bytes(b"")
             image_id = docker.build(
-                context=Path(tmp),
+                context=ctx,
                 dockerfile=repo / base.dockerfile,
                 tags=[state.ref],
                 build_args={
@@ -171,9 +185,3 @@ def make_base(base: Base, repo: Path, docker: Docker, workdir: Path) -> BaseStat
             )
     say(f"base {base.name}: made {state.ref} ({image_id[:19]})")
     return BaseState(state.ref, image_id)
-
-
-def _loaded_id(archive: Path) -> str:
-    with tarfile.open(archive) as tar:
-        manifest = json.load(tar.extractfile("manifest.json"))  # type: ignore[arg-type]
-    return "sha256:" + manifest[0]["Config"].removesuffix(".json")

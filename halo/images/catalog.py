@@ -1,21 +1,32 @@
-"""images/images.yaml: the catalog of bases and images, validated into dataclasses."""
+"""images/images.yaml: the catalog of bases and images, as dataclasses.
+
+Validated by halo.images.catalog_schema (pydantic, through halo.schema). A no-op build must
+take well under a second, and importing pydantic and checking the catalog take a good part
+of that; so a catalog that validated once is remembered, keyed by the sha256 of its bytes and
+of the code that validates it, and read back from the cache as long as both are unchanged.
+"""
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+import contextlib
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from halo import __version__
 from halo.errors import HaloError
-from halo.yamlfields import Fields
+from halo.schema import read_bytes
 
-DIGEST_REF = re.compile(r"^[\w./:-]+@sha256:[0-9a-f]{64}$")
-BASE_RECIPES = ("mmdebstrap", "dockerfile", "registry")
-ARG_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
-# Build arguments halo gives every Dockerfile itself (the base's reference and its Python).
-OWN_ARGS = ("BASE", "PYTHON")
+# The code that decides whether a catalog is valid: part of the cache key.
+VALIDATOR_FILES = (
+    "images/catalog.py",
+    "images/catalog_schema.py",
+    "schema.py",
+    "schema_types.py",
+    "testing/tiers.py",
+)
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,8 @@ class Catalog:
     path: Path
     bases: dict[str, Base]
     images: dict[str, Image]
+    # Where `remember` keeps this catalog once a command that read it has succeeded.
+    memo: Path | None = field(default=None, compare=False)
 
     def image(self, name: str) -> Image:
         if name not in self.images:
@@ -82,105 +95,73 @@ class Catalog:
         return self.images[name]
 
 
-def _base(name: str, raw: object, where: str) -> Base:
-    f = Fields(
-        raw, where, {"recipe", "python", "suite", "variant", "packages", "from", "dockerfile"}
-    )
-    recipe = f.str("recipe")
-    if recipe not in BASE_RECIPES:
-        raise HaloError(
-            f"{where}.recipe: expected one of {', '.join(BASE_RECIPES)}, got {recipe!r}"
-        )
-    base = Base(
-        name=name,
-        recipe=recipe,
-        python=f.str("python"),
-        suite=f.str("suite") if recipe == "mmdebstrap" else "",
-        variant=f.str("variant", "minbase") if recipe == "mmdebstrap" else "",
-        packages=f.strs("packages"),
-        from_ref=f.str("from") if recipe != "mmdebstrap" else "",
-        dockerfile=f.str("dockerfile") if recipe == "dockerfile" else "",
-    )
-    if base.from_ref and not DIGEST_REF.match(base.from_ref):
-        raise HaloError(
-            f"{where}.from: must be pinned by digest (NAME:TAG@sha256:<64 hex>), got {base.from_ref!r}"
-        )
-    return base
+def parse_catalog(text: str, path: Path, repo: Path | None = None) -> Catalog:
+    """The catalog in ``text``; with ``repo``, the Dockerfiles it names must exist there."""
+    from halo.images.catalog_schema import parse
+
+    return parse(text, path, repo)
 
 
-def _image(name: str, raw: object, where: str, bases: dict[str, Base]) -> Image:
-    allowed = {
-        "repository",
-        "tag",
-        "dockerfile",
-        "pins",
-        "base",
-        "builder",
-        "cuda_arch",
-        "sources",
-        "tiers",
-        "publish",
-        "args",
-    }
-    f = Fields(raw, where, allowed)
-    image = Image(
-        name=name,
-        repository=f.str("repository"),
-        tag=str(f.data.get("tag", "")) or f.str("tag"),
-        dockerfile=f.str("dockerfile"),
-        pins=f.str("pins"),
-        base=f.str("base"),
-        builder=f.str("builder") if "builder" in f.data else None,
-        cuda_arch=f.strs("cuda_arch"),
-        sources=f.strs("sources"),
-        tiers=f.strs("tiers"),
-        publish=f.str("publish"),
-        args=_args(f.data.get("args", {}), f"{where}.args"),
-    )
-    for key in ("base", "builder"):
-        ref = getattr(image, key)
-        if ref is not None and ref not in bases:
-            raise HaloError(
-                f"{where}.{key}: unknown base '{ref}' (known: {', '.join(sorted(bases))})"
-            )
-    return image
+def _cache_key(data: bytes) -> str:
+    h = hashlib.sha256(__version__.encode() + b"\0" + data)
+    package = Path(__file__).resolve().parents[1]
+    for rel in VALIDATOR_FILES:
+        h.update(b"\0" + (package / rel).read_bytes())
+    return h.hexdigest()
 
 
-def _args(raw: object, where: str) -> tuple[tuple[str, str], ...]:
-    if not isinstance(raw, dict):
-        raise HaloError(f"{where}: expected a mapping of build argument names to strings")
-    for name, value in raw.items():
-        if not isinstance(name, str) or not ARG_NAME.match(name):
-            raise HaloError(f"{where}: expected an upper-case build argument name, got {name!r}")
-        if name in OWN_ARGS:
-            raise HaloError(f"{where}.{name}: set by halo itself ({', '.join(OWN_ARGS)})")
-        if not isinstance(value, str) or not value:
-            raise HaloError(f"{where}.{name}: expected a non-empty string, got {value!r}")
-    return tuple(sorted(raw.items()))
-
-
-def parse_catalog(text: str, path: Path) -> Catalog:
+def _from_cache(path: Path, cached: Path) -> Catalog | None:
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise HaloError(f"{path}:{line}: malformed YAML: {problem}") from None
-    top = Fields(data, str(path), {"bases", "images"})
-    raw_bases = top.data.get("bases") or {}
-    raw_images = top.data.get("images")
-    if not isinstance(raw_bases, dict):
-        raise HaloError(f"{path}: bases: expected a mapping")
-    if not isinstance(raw_images, dict) or not raw_images:
-        raise HaloError(f"{path}: images: expected a non-empty mapping of image names")
-    bases = {n: _base(n, b, f"{path}: bases.{n}") for n, b in raw_bases.items()}
-    images = {n: _image(n, i, f"{path}: images.{n}", bases) for n, i in raw_images.items()}
+        data = json.loads(cached.read_text())
+        bases = {
+            n: Base(**{**b, "packages": tuple(b["packages"])}) for n, b in data["bases"].items()
+        }
+        images = {
+            n: Image(
+                **{
+                    **i,
+                    **{k: tuple(i[k]) for k in ("cuda_arch", "sources", "tiers")},
+                    "args": tuple((str(k), str(v)) for k, v in i["args"]),
+                }
+            )
+            for n, i in data["images"].items()
+        }
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
     return Catalog(path=path, bases=bases, images=images)
 
 
 def load_catalog(repo: Path) -> Catalog:
+    """The catalog, from the memo when its bytes and the validating code are unchanged (and
+    its Dockerfiles still exist), else validated in full."""
+    from halo.paths import cache_home
+
     path = repo / "images" / "images.yaml"
-    if not path.is_file():
-        raise HaloError(f"{path}: image catalog not found")
-    return parse_catalog(path.read_text(), path)
+    data = read_bytes(path)
+    memo = cache_home() / "validated" / f"catalog-{_cache_key(data)}.json"
+    catalog = _from_cache(path, memo)
+    if catalog is not None:
+        named = [i.dockerfile for i in catalog.images.values()]
+        named += [b.dockerfile for b in catalog.bases.values() if b.dockerfile]
+        if all((repo / rel).is_file() for rel in named):
+            return catalog
+    from halo.schema import decode
+
+    return dataclasses.replace(parse_catalog(decode(data, str(path)), path, repo), memo=memo)
+
+
+def remember(catalog: Catalog) -> None:
+    """Keep a catalog that was validated in full, for the next command to skip the check.
+
+    Called once a build succeeded, so a command that fails on bad input writes nothing.
+    """
+    if catalog.memo is None:
+        return
+    record = {
+        "bases": {n: dataclasses.asdict(b) for n, b in catalog.bases.items()},
+        "images": {n: dataclasses.asdict(i) for n, i in catalog.images.items()},
+    }
+    with contextlib.suppress(OSError):  # a read-only or full cache only costs speed
+        from halo.atomic import write_text
+
+        write_text(catalog.memo, json.dumps(record, sort_keys=True))

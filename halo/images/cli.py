@@ -47,6 +47,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("right", metavar="REF")
     p.set_defaults(func=_diff)
 
+    p = isub.add_parser(
+        "verify",
+        help="rebuild from scratch and compare image IDs with the image built here (exit 1 if they differ)",
+    )
+    p.add_argument("names", nargs="*", metavar="NAME")
+    p.add_argument("--all", action="store_true", help="every image in the catalog")
+    p.set_defaults(func=_verify)
+
     from halo.images import publish_cli
 
     publish_cli.register(isub)  # stage, promote, push, verify-public, ecr-public-login
@@ -81,7 +89,7 @@ def _selected(catalog, names: list[str], all_: bool) -> list:  # type: ignore[no
 
 def _build(args: argparse.Namespace) -> int:
     from halo.images.build import build_image, report
-    from halo.images.catalog import load_catalog
+    from halo.images.catalog import load_catalog, remember
     from halo.images.docker import Docker
     from halo.paths import find_repo, store_root
     from halo.store.store import Store
@@ -99,6 +107,7 @@ def _build(args: argparse.Namespace) -> int:
             )
         built.append(result)
     print(report(built, Docker.discover()))
+    remember(catalog)
     return 0
 
 
@@ -156,6 +165,36 @@ def _plan(args: argparse.Namespace) -> int:
     ]
     print("\n\n".join(plans))
     return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from halo.images.build import verify_image
+    from halo.images.catalog import load_catalog
+    from halo.paths import find_repo, store_root
+    from halo.report import table
+    from halo.store.store import Store
+
+    repo = find_repo()
+    catalog = load_catalog(repo)
+    results = [
+        verify_image(repo, catalog, image, Store(store_root()))
+        for image in _selected(catalog, args.names, args.all)
+    ]
+    rows = [
+        (
+            v.image.moving_ref,
+            v.expected[:19],
+            v.rebuilt[:19],
+            "same"
+            if v.same
+            else "DIFFERENT (layers " + ", ".join(map(str, v.layers)) + ")"
+            if v.layers
+            else "DIFFERENT (config)",
+        )
+        for v in results
+    ]
+    print(table(("image", "built here", "rebuilt from scratch", "result"), rows))
+    return 0 if all(v.same for v in results) else 1
 
 
 def _diff(args: argparse.Namespace) -> int:

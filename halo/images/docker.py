@@ -1,16 +1,26 @@
-"""The Docker edge: every call to the docker CLI goes through here.
+"""The Docker edge: every call to the docker CLI, or to the engine's API, goes through here.
 
 Builds use BuildKit: `docker buildx build --load` where the buildx plugin exists, else the
 engine's built-in BuildKit (`DOCKER_BUILDKIT=1 docker build`), which only CLIs older than 23
 still offer. A newer CLI without buildx can still inspect, tag, load and run, so those calls
 use the first docker on PATH and only builds go looking for a BuildKit-capable one.
+
+Looking an image up is what a no-op build does, three times; each docker CLI call costs a
+process start and an API negotiation (50-100 ms here), so lookups ask the engine's API on its
+unix socket directly (a few ms) and fall back to the CLI when the engine is elsewhere (a tcp or
+ssh DOCKER_HOST, a docker context), where the CLI knows how to reach it.
 """
 
 from __future__ import annotations
 
 import functools
+import http.client
+import json
 import os
+import socket
 import subprocess
+import tempfile
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +46,53 @@ def _run(
             f"{' '.join(argv[:3])}: failed: {err[-1] if err else f'exit {proc.returncode}'}"
         )
     return proc
+
+
+API = "/v1.41"  # Docker 20.10's API version; later engines still serve it
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str) -> None:
+        super().__init__("localhost", timeout=30)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+def engine_socket() -> str | None:
+    """The engine's unix socket when the CLI would use it too; None for anything else."""
+    if os.environ.get("DOCKER_CONTEXT"):
+        return None
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    if not host.startswith("unix://"):
+        return None
+    config = Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
+    try:
+        if json.loads(config.read_text()).get("currentContext") not in (None, "", "default"):
+            return None
+    except (OSError, ValueError, AttributeError):
+        pass
+    return host.removeprefix("unix://")
+
+
+def _api_get(path: str) -> tuple[int, bytes] | None:
+    """(status, body) of a GET on the engine's API; None when it cannot be asked directly."""
+    sock = engine_socket()
+    if sock is None:
+        return None
+    conn = _UnixConnection(sock)
+    try:
+        conn.request("GET", API + path)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    except (OSError, http.client.HTTPException):
+        return None  # not there: the CLI says why, in its words
+    finally:
+        conn.close()
 
 
 def _docker_candidates() -> list[str]:
@@ -86,21 +143,54 @@ class Docker:
         )
 
     def ping(self) -> None:
+        answer = _api_get("/_ping")
+        if answer is not None and answer[0] == 200:
+            return
         proc = _run([self.exe, "version", "--format", "{{.Server.Version}}"], check=False)
         if proc.returncode != 0:
             raise HaloError(
                 "docker: the engine is not reachable; start dockerd (or set DOCKER_HOST)"
             )
 
+    def find(self, ref: str) -> dict | None:  # type: ignore[type-arg]
+        """`docker image inspect` of one image as a dict, or None when ``ref`` is not here."""
+        answer = _api_get(f"/images/{urllib.parse.quote(ref, safe='/:@')}/json")
+        if answer is not None and answer[0] in (200, 404):
+            status, body = answer
+            return json.loads(body) if status == 200 else None
+        proc = _run([self.exe, "image", "inspect", ref], check=False)
+        if proc.returncode != 0:
+            return None
+        try:
+            (info,) = json.loads(proc.stdout)
+        except ValueError:
+            raise HaloError(f"docker image inspect {ref}: unexpected output") from None
+        return info  # type: ignore[no-any-return]
+
     def image_id(self, ref: str) -> str | None:
-        proc = _run([self.exe, "image", "inspect", "--format", "{{.Id}}", ref], check=False)
-        return proc.stdout.strip() if proc.returncode == 0 else None
+        info = self.find(ref)
+        return str(info["Id"]) if info else None
 
     def inspect(self, ref: str, fmt: str) -> str:
         return _run([self.exe, "image", "inspect", "--format", fmt, ref]).stdout.strip()
 
+    def inspect_json(self, ref: str) -> dict:  # type: ignore[type-arg]
+        """`docker image inspect` of one image, as a dict; a missing image is an error."""
+        info = self.find(ref)
+        if info is None:
+            raise HaloError(f"{ref}: no such image here")
+        return info
+
+    def id_and_label(self, ref: str, label: str) -> tuple[str, str] | None:
+        """(image ID, value of ``label``); None when ``ref`` is not here."""
+        info = self.find(ref)
+        if info is None:
+            return None
+        labels = (info.get("Config") or {}).get("Labels") or {}
+        return str(info["Id"]), str(labels.get(label, ""))
+
     def layers(self, ref: str) -> list[str]:
-        return self.inspect(ref, "{{range .RootFS.Layers}}{{println .}}{{end}}").split()
+        return list(self.inspect_json(ref)["RootFS"]["Layers"])
 
     def refs(self, repository: str) -> list[str]:
         """Local tags of a repository (a pattern such as ``halo-base/*`` works too), sorted."""
@@ -136,20 +226,30 @@ class Docker:
         """Run a BuildKit build (log streamed to the terminal); return the image ID.
 
         With ``output``, the final stage's files are exported to that folder instead of an image.
+        The ID file lives outside the context: writing into the context would change it.
         """
-        iidfile = context / ".iid"
-        argv = build_argv(
-            self.builder, context, dockerfile, tags, build_args, labels, network, iidfile, output
-        )
-        if no_cache:
-            argv.insert(len(self.builder.argv(load=output is None)), "--no-cache")
-        env = {**os.environ, "DOCKER_BUILDKIT": "1"}
-        proc = subprocess.run(argv, env=env, check=False)
-        if proc.returncode != 0:
-            raise HaloError(
-                f"docker build ({dockerfile.name}): failed with exit {proc.returncode}; see the build log above"
+        with tempfile.TemporaryDirectory(prefix="halo-iid-") as tmp:
+            iidfile = Path(tmp) / "iid"
+            argv = build_argv(
+                self.builder,
+                context,
+                dockerfile,
+                tags,
+                build_args,
+                labels,
+                network,
+                iidfile,
+                output,
             )
-        return "" if output else iidfile.read_text().strip()
+            if no_cache:
+                argv.insert(len(self.builder.argv(load=output is None)), "--no-cache")
+            env = {**os.environ, "DOCKER_BUILDKIT": "1"}
+            proc = subprocess.run(argv, env=env, check=False)
+            if proc.returncode != 0:
+                raise HaloError(
+                    f"docker build ({dockerfile.name}): failed with exit {proc.returncode}; see the build log above"
+                )
+            return "" if output else iidfile.read_text().strip()
 
     def pull(self, ref: str) -> None:
         """Pull (a staged digest, say) through the engine, with docker's own credentials."""

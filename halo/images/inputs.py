@@ -12,7 +12,7 @@ from halo.hashing import sha256_file, sha256_json, sha256_tree
 from halo.images.base import BaseState
 from halo.images.catalog import Image
 from halo.images.wheel import backend_inputs
-from halo.pins.lockfile import lock_path
+from halo.pins.names import lock_path
 
 
 def base_identity(state: BaseState, recipe: str) -> str:

@@ -38,7 +38,8 @@ def content_manifest(docker: Docker, ref: str) -> dict[str, str]:
         capture=True,
     )
     if proc.returncode != 0:
-        raise HaloError(f"{ref}: could not list its files ({proc.stderr.strip()[-300:]})")
+        why = " ".join(proc.stderr.split())[-300:]
+        raise HaloError(f"{ref}: could not list its files ({why})")
     return json.loads(proc.stdout)
 
 

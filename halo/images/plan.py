@@ -12,7 +12,7 @@ from pathlib import Path
 
 from halo.errors import HaloError
 from halo.images.base import base_ref
-from halo.images.build import resolve_inputs
+from halo.images.build import build_args, labels, resolve_inputs
 from halo.images.catalog import Catalog, Image
 from halo.images.docker import Builder, Docker, build_argv
 from halo.pins.lockfile import Artifact, Lock, load_lock, lock_name, lock_path
@@ -178,8 +178,8 @@ def render_plan(
         Path("<context>"),
         repo.joinpath(image.dockerfile).relative_to(repo),
         [image.immutable_ref(inputs.hash), image.moving_ref],
-        {"BASE": base_ref(base, repo), "PYTHON": base.python, **dict(image.args)},
-        {"io.halo.input-hash": inputs.hash},
+        build_args(catalog, image, repo),
+        labels(image, inputs),
         "none",
         Path("<context>/.iid"),
     )

@@ -256,12 +256,14 @@ def local_image_for_inputs(repo: Path, image: Image) -> tuple[str, str]:
 
 def stage(repo: Path, image: Image, staging: str, progress: Progress) -> tuple[str, int]:
     """Push the image built for the checkout's inputs, by digest; returns (REPO@digest, uploads)."""
+    from halo.images.build import rehash_for_push
     from halo.images.docker import Docker
     from halo.images.provenance import annotations
     from halo.paths import cache_home, scratch_root
     from halo.registry.transfer import ExportCache, push_local
 
     ref, image_id = local_image_for_inputs(repo, image)
+    rehash_for_push(repo, image)  # what leaves the machine is hashed again, stamps not trusted
     dest = repo_under(staging, image.publish)
     registry = Registry(dest.host)
     work = scratch_root() / "export"

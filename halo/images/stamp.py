@@ -6,11 +6,14 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
 
 from halo.atomic import write_text
 from halo.errors import HaloError
 from halo.images.sbom import SBOM_FILE, check_installed, installed_distributions
-from halo.schema import read_text
+from halo.schema import Name, Sha256Hex, Strict, read_text, validate
 
 
 def apply_patches() -> dict[str, object]:
@@ -29,10 +32,31 @@ def apply_patches() -> dict[str, object]:
     return json.loads(proc.stdout)
 
 
+class BuildInputs(Strict):
+    """build-inputs.json, as `halo image build` stages it into the context."""
+
+    image: Name
+    image_ref: Annotated[str, Field(min_length=1)]
+    input_hash: Sha256Hex
+    inputs: dict[str, object]
+    base_ref: Annotated[str, Field(min_length=1)]
+    halo_version: Annotated[str, Field(min_length=1)]
+
+
+def read_build_inputs(path: Path) -> dict[str, object]:
+    text = read_text(path)
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise HaloError(f"{path}: not valid JSON ({exc})") from None
+    validate(BuildInputs, data, str(path))
+    return dict(data)
+
+
 def stamp(
     inputs_path: Path, out: Path, sbom_out: Path | None, with_patches: bool
 ) -> dict[str, object]:
-    inputs = json.loads(inputs_path.read_text())
+    inputs = read_build_inputs(inputs_path)
     record: dict[str, object] = dict(inputs)
     record["patches"] = apply_patches().get("patches", []) if with_patches else []
     write_text(out, json.dumps(record, indent=2, sort_keys=True) + "\n")

@@ -7,14 +7,17 @@ inputs hash to tell a lock that is older than its inputs.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
 
 from halo.errors import HaloError
 from halo.hashing import sha256_json
 from halo.pins.lockfile import normalize
+from halo.schema import Name, Problems, Strict, matches, read_text, read_toml
 
 SETS_FILE = "sets.toml"
 REQUIREMENTS_DIR = "requirements"
@@ -27,19 +30,6 @@ RESOLVER_REVISION = 1
 PLATFORM_RE = re.compile(r"^(?P<arch>x86_64|aarch64)-manylinux_(?P<major>2)_(?P<minor>\d+)$")
 PYTHON_RE = re.compile(r"^3\.\d+$")
 NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
-SET_KEYS = frozenset(
-    {
-        "requirements",
-        "constraints",
-        "overrides",
-        "exclude",
-        "python",
-        "platform",
-        "exclude-newer",
-        "prerelease",
-        "substitutes",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -123,113 +113,85 @@ class PinInputs:
         return [self.sets[n] for n in names]
 
 
-def _expect(table: dict, key: str, kind: type, where: str) -> object:
-    if key not in table:
-        raise HaloError(f"{where}: missing key '{key}'")
-    value = table[key]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise HaloError(f"{where}: key '{key}' must be {_kind_name(kind)}")
+def _utc_instant(value: str) -> str:
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError("expected an RFC 3339 instant like '2026-11-25T00:00:00Z'") from None
+    if not value.endswith("Z"):
+        raise ValueError("expected an instant in UTC (ending in 'Z')")
     return value
 
 
-def _kind_name(kind: type) -> str:
-    return {str: "a string", list: "a list of strings", bool: "true or false"}.get(
-        kind, kind.__name__
-    )
+FileName = Annotated[
+    str, matches(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", "a file name in the folder (no path)")
+]
+PackageName = Annotated[str, matches(NAME_RE.pattern[1:-1], "a package name")]
 
 
-def _str_list(table: dict, key: str, where: str) -> tuple[str, ...]:
-    value = _expect(table, key, list, where)
-    if not all(isinstance(v, str) for v in value):  # type: ignore[union-attr]
-        raise HaloError(f"{where}: key '{key}' must be a list of strings")
-    return tuple(value)  # type: ignore[arg-type]
+class SetSpec(Strict):
+    """One [set.NAME] table; every key is required, so a set says everything it means."""
+
+    requirements: Annotated[list[FileName], Field(min_length=1)]
+    constraints: list[FileName]
+    exclude: list[PackageName]
+    python: Annotated[str, matches(PYTHON_RE.pattern[1:-1], "a Python version like '3.12'")]
+    platform: Annotated[
+        str, matches(PLATFORM_RE.pattern[1:-1], "a target like 'x86_64-manylinux_2_39'")
+    ]
+    exclude_newer: Annotated[str, AfterValidator(_utc_instant)] = Field(alias="exclude-newer")
+    prerelease: list[PackageName]
+    substitutes: bool
+    overrides: list[FileName] = Field(default_factory=list)
 
 
-def _read_input(pins_dir: Path, sub: str, name: str, where: str) -> InputFile:
+class SetsFile(Strict):
+    set: Annotated[dict[Name, object], Field(min_length=1)]
+
+
+def _read_input(pins_dir: Path, sub: str, name: str) -> InputFile:
     rel = f"{sub}/{name}"
-    path = pins_dir / rel
-    if "/" in name or "\\" in name or not path.is_file():
-        raise HaloError(f"{where}: '{name}' is not a file in pins/{sub}/")
-    return InputFile(path=rel, text=path.read_text())
+    return InputFile(path=rel, text=read_text(pins_dir / rel))
 
 
-def _parse_set(pins_dir: Path, name: str, table: object, origin: str) -> SetInputs:
-    where = f"{origin}: [set.{name}]"
-    if not isinstance(table, dict):
-        raise HaloError(f"{where}: must be a table")
-    unknown = sorted(set(table) - SET_KEYS)
-    if unknown:
-        raise HaloError(
-            f"{where}: unknown key '{unknown[0]}' (expected: {', '.join(sorted(SET_KEYS))})"
-        )
-    python = str(_expect(table, "python", str, where))
-    if not PYTHON_RE.match(python):
-        raise HaloError(f"{where}: key 'python' must look like '3.12', got '{python}'")
-    platform = str(_expect(table, "platform", str, where))
-    if not PLATFORM_RE.match(platform):
-        raise HaloError(
-            f"{where}: key 'platform' must look like 'x86_64-manylinux_2_39', got '{platform}'"
-        )
-    exclude_newer = str(_expect(table, "exclude-newer", str, where))
-    try:
-        datetime.fromisoformat(exclude_newer.replace("Z", "+00:00"))
-    except ValueError:
-        raise HaloError(
-            f"{where}: key 'exclude-newer' must be an RFC 3339 instant like "
-            f"'2026-11-25T00:00:00Z', got '{exclude_newer}'"
-        ) from None
-    if not exclude_newer.endswith("Z"):
-        raise HaloError(f"{where}: key 'exclude-newer' must be in UTC (end in 'Z')")
-    names = {key: _str_list(table, key, where) for key in ("exclude", "prerelease")}
-    for key, values in names.items():
-        bad = [v for v in values if not NAME_RE.match(v)]
-        if bad:
-            raise HaloError(f"{where}: key '{key}' must list package names, got '{bad[0]}'")
-    requirements = tuple(
-        _read_input(pins_dir, REQUIREMENTS_DIR, f, where)
-        for f in _str_list(table, "requirements", where)
+def _parse_set(pins_dir: Path, name: str, raw: object, found: Problems) -> SetInputs | None:
+    where = f"set.{name}"
+    spec = found.model(SetSpec, raw, where)
+    if spec is None:
+        return None
+    folders = (
+        ("requirements", REQUIREMENTS_DIR),
+        ("constraints", CONSTRAINTS_DIR),
+        ("overrides", OVERRIDES_DIR),
     )
-    if not requirements:
-        raise HaloError(f"{where}: key 'requirements' must name at least one file")
-    constraints = tuple(
-        _read_input(pins_dir, CONSTRAINTS_DIR, f, where)
-        for f in _str_list(table, "constraints", where)
-    )
-    overrides = tuple(
-        _read_input(pins_dir, OVERRIDES_DIR, f, where)
-        for f in (_str_list(table, "overrides", where) if "overrides" in table else ())
-    )
+    for key, sub in folders:
+        for i, f in enumerate(getattr(spec, key)):
+            if not (pins_dir / sub / f).is_file():
+                found.add(f"{where}.{key}[{i}]", f"'{f}' is not a file in pins/{sub}/")
+    if found.found:
+        return None
     return SetInputs(
         name=name,
-        python=python,
-        platform=platform,
-        exclude_newer=exclude_newer,
-        requirements=requirements,
-        constraints=constraints,
-        exclude=tuple(normalize(n) for n in names["exclude"]),
-        prerelease=tuple(normalize(n) for n in names["prerelease"]),
-        substitutes=bool(_expect(table, "substitutes", bool, where)),
-        overrides=overrides,
+        python=spec.python,
+        platform=spec.platform,
+        exclude_newer=spec.exclude_newer,
+        requirements=tuple(_read_input(pins_dir, REQUIREMENTS_DIR, f) for f in spec.requirements),
+        constraints=tuple(_read_input(pins_dir, CONSTRAINTS_DIR, f) for f in spec.constraints),
+        exclude=tuple(normalize(n) for n in spec.exclude),
+        prerelease=tuple(normalize(n) for n in spec.prerelease),
+        substitutes=spec.substitutes,
+        overrides=tuple(_read_input(pins_dir, OVERRIDES_DIR, f) for f in spec.overrides),
     )
 
 
 def load_inputs(pins_dir: Path) -> PinInputs:
+    """pins/sets.toml and the files it names, read through halo.schema: every problem of the
+    file is reported at once, by key path (``set.cpu.python: ...``)."""
     path = pins_dir / SETS_FILE
-    if not path.is_file():
-        raise HaloError(f"{path}: not found (the pin sets' inputs)")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise HaloError(f"{path}: not valid TOML ({exc})") from None
-    sets = data.get("set")
-    if not isinstance(sets, dict) or not sets:
-        raise HaloError(f"{path}: expected [set.NAME] tables")
-    unknown = sorted(set(data) - {"set"})
-    if unknown:
-        raise HaloError(
-            f"{path}: unknown top-level key '{unknown[0]}' (expected [set.NAME] tables)"
-        )
-    return PinInputs(
-        pins_dir=pins_dir,
-        sets={name: _parse_set(pins_dir, name, table, str(path)) for name, table in sets.items()},
-    )
+    found = Problems(str(path))
+    top = found.model(SetsFile, read_toml(path))
+    found.check()
+    assert top is not None
+    sets = {name: _parse_set(pins_dir, name, raw, found) for name, raw in top.set.items()}
+    found.check()
+    return PinInputs(pins_dir=pins_dir, sets={n: s for n, s in sets.items() if s is not None})

@@ -26,6 +26,7 @@ from packaging.utils import canonicalize_name as normalize  # readers of locks i
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from halo.errors import HaloError
+from halo.pins.names import lock_name, lock_path  # noqa: F401  (re-exported: readers use both)
 
 LOCK_VERSION = "1.0"
 CREATED_BY = "halo"
@@ -82,14 +83,6 @@ class Lock:
     @property
     def artifacts(self) -> tuple[Artifact, ...]:
         return tuple(a for p in self.packages for a in p.artifacts)
-
-
-def lock_name(set_name: str) -> str:
-    return f"pylock.{set_name}.toml"
-
-
-def lock_path(pins_dir: Path, set_name: str) -> Path:
-    return pins_dir / lock_name(set_name)
 
 
 # --- the schema -------------------------------------------------------------------------

@@ -7,29 +7,19 @@ an invariant (halo.pins.invariants), so a missing hash is reported with the othe
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
-from halo.errors import HaloError
+from pydantic import Field
+
 from halo.pins.lockfile import normalize
+from halo.schema import Name, Problems, RelativePath, Strict, load_toml, matches, read_text
 
 SOURCES_FILE = "sources.toml"
-PIN_KEYS = frozenset(
-    {
-        "distribution",
-        "version",
-        "repository",
-        "commit",
-        "subdirectory",
-        "content-sha256",
-        "sets",
-        "cuda-arch",
-        "env",
-        "submodule",
-    }
-)
-SUBMODULE_KEYS = frozenset({"path", "repository", "commit", "content-sha256", "subdirectory"})
+PackageName = Annotated[
+    str, matches(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", "a distribution name")
+]
 
 
 @dataclass(frozen=True)
@@ -62,81 +52,75 @@ class SourcePin:
         return normalize(self.distribution)
 
 
-def _str(table: dict, key: str, where: str, default: str | None = None) -> str:
-    if key not in table:
-        if default is not None:
-            return default
-        raise HaloError(f"{where}: missing key '{key}'")
-    if not isinstance(table[key], str):
-        raise HaloError(f"{where}: key '{key}' must be a string")
-    return table[key]
+class SubmoduleSpec(Strict):
+    path: RelativePath
+    repository: Annotated[str, Field(min_length=1)]
+    commit: str = ""
+    content_sha256: str = Field("", alias="content-sha256")
+    subdirectory: RelativePath | None = None
 
 
-def _str_map(table: dict, key: str, where: str) -> dict[str, str]:
-    value = table.get(key, {})
-    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise HaloError(f"{where}: key '{key}' must be a table of strings")
-    return dict(sorted(value.items()))
+class SourcePinSpec(Strict):
+    distribution: PackageName
+    version: Annotated[str, Field(min_length=1)]
+    repository: Annotated[str, Field(min_length=1)]
+    # Missing or malformed commit/hash are reported by the source-pinned invariant.
+    commit: str = ""
+    content_sha256: str = Field("", alias="content-sha256")
+    sets: Annotated[list[Name], Field(min_length=1)]
+    subdirectory: RelativePath | None = None
+    cuda_arch: dict[Name, str] = Field(default_factory=dict, alias="cuda-arch")
+    env: dict[
+        Annotated[str, matches(r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name")], str
+    ] = Field(default_factory=dict)
+    submodule: list[SubmoduleSpec] = Field(default_factory=list)
 
 
-def _parse_pin(name: str, table: object, origin: str) -> SourcePin:
-    where = f"{origin}: [source.{name}]"
-    if not isinstance(table, dict):
-        raise HaloError(f"{where}: must be a table")
-    unknown = sorted(set(table) - PIN_KEYS)
-    if unknown:
-        raise HaloError(
-            f"{where}: unknown key '{unknown[0]}' (expected: {', '.join(sorted(PIN_KEYS))})"
-        )
-    sets = table.get("sets")
-    if not isinstance(sets, list) or not sets or not all(isinstance(s, str) for s in sets):
-        raise HaloError(f"{where}: key 'sets' must be a non-empty list of set names")
-    subs = []
-    for i, raw in enumerate(table.get("submodule", [])):
-        sub_where = f"{where} submodule[{i}]"
-        if not isinstance(raw, dict) or set(raw) - SUBMODULE_KEYS:
-            raise HaloError(f"{sub_where}: expected keys {', '.join(sorted(SUBMODULE_KEYS))}")
-        subs.append(
-            Submodule(
-                path=_str(raw, "path", sub_where),
-                repository=_str(raw, "repository", sub_where),
-                commit=_str(raw, "commit", sub_where, ""),
-                content_sha256=_str(raw, "content-sha256", sub_where, ""),
-                subdirectory=_str(raw, "subdirectory", sub_where, ""),
-            )
-        )
-    return SourcePin(
-        name=name,
-        distribution=_str(table, "distribution", where),
-        version=_str(table, "version", where),
-        repository=_str(table, "repository", where),
-        # Missing or malformed commit/hash are reported by the source-pinned invariant.
-        commit=_str(table, "commit", where, ""),
-        content_sha256=_str(table, "content-sha256", where, ""),
-        sets=tuple(sets),
-        subdirectory=_str(table, "subdirectory", where, ""),
-        cuda_arch=_str_map(table, "cuda-arch", where),
-        env=_str_map(table, "env", where),
-        submodules=tuple(subs),
-    )
+class SourcesFile(Strict):
+    source: dict[Name, object] = Field(default_factory=dict)
 
 
 def parse_source_pins(text: str, origin: str) -> tuple[SourcePin, ...]:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise HaloError(f"{origin}: not valid TOML ({exc})") from None
-    unknown = sorted(set(data) - {"source"})
-    if unknown:
-        raise HaloError(f"{origin}: unknown top-level key '{unknown[0]}' (expected [source.NAME])")
-    table = data.get("source", {})
-    if not isinstance(table, dict):
-        raise HaloError(f"{origin}: expected [source.NAME] tables")
-    return tuple(_parse_pin(name, raw, origin) for name, raw in table.items())
+    """pins/sources.toml, every problem reported at once by key path (``source.x.sets: ...``)."""
+    found = Problems(origin)
+    top = found.model(SourcesFile, load_toml(text, origin))
+    found.check()
+    assert top is not None
+    pins = []
+    for name, raw in top.source.items():
+        spec = found.model(SourcePinSpec, raw, f"source.{name}")
+        if spec is None:
+            continue
+        pins.append(
+            SourcePin(
+                name=name,
+                distribution=spec.distribution,
+                version=spec.version,
+                repository=spec.repository,
+                commit=spec.commit,
+                content_sha256=spec.content_sha256,
+                sets=tuple(spec.sets),
+                subdirectory=spec.subdirectory or "",
+                cuda_arch=dict(sorted(spec.cuda_arch.items())),
+                env=dict(sorted(spec.env.items())),
+                submodules=tuple(
+                    Submodule(
+                        path=m.path,
+                        repository=m.repository,
+                        commit=m.commit,
+                        content_sha256=m.content_sha256,
+                        subdirectory=m.subdirectory or "",
+                    )
+                    for m in spec.submodule
+                ),
+            )
+        )
+    found.check()
+    return tuple(pins)
 
 
 def load_source_pins(pins_dir: Path) -> tuple[SourcePin, ...]:
     path = pins_dir / SOURCES_FILE
     if not path.is_file():
         return ()
-    return parse_source_pins(path.read_text(), str(path))
+    return parse_source_pins(read_text(path), str(path))

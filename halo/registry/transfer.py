@@ -17,6 +17,7 @@ import gzip
 import hashlib
 import io
 import json
+import posixpath
 import subprocess
 import tarfile
 from collections.abc import Callable
@@ -122,6 +123,7 @@ def export_image(
     workdir.mkdir(parents=True, exist_ok=True)
     small: dict[str, bytes] = {}
     big: dict[str, Layer] = {}
+    links: dict[str, str] = {}
 
     proc = subprocess.Popen(
         [docker_exe, "save", ref], stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -130,6 +132,11 @@ def export_image(
     try:
         with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
             for member in tar:
+                if member.issym():  # a layer saved once already (same diff ID): a link to it
+                    links[member.name] = posixpath.normpath(
+                        posixpath.join(posixpath.dirname(member.name), member.linkname)
+                    )
+                    continue
                 if not member.isfile():
                     continue
                 src = tar.extractfile(member)
@@ -164,6 +171,7 @@ def export_image(
         raise HaloError(
             f"docker save {ref}: no manifest.json naming a config and its layers"
         ) from None
+    names = [links.get(n, n) for n in names]
     for name in names:  # tiny layers (an empty WORKDIR, a small COPY) were kept in memory
         if name not in big and name in small:
             raw = workdir / f"raw-{len(big)}.tar"

@@ -6,9 +6,12 @@ Fixed in code, like the pin invariants' Policy: a change here is a reviewed chan
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from halo.errors import HaloError
-from halo.pins.invariants import Policy
+
+if TYPE_CHECKING:  # the CLI reads DEFAULT_SETS on every command; the lock model loads on use
+    from halo.pins.invariants import Policy
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,8 @@ _TRAINING = ("torch", "numpy", "safetensors", "yaml")
 
 
 def spec_for(set_name: str, policy: Policy | None = None) -> StackSpec:
+    from halo.pins.invariants import Policy
+
     policy = policy or Policy()
     below_2 = set_name in policy.numpy_below_2
     specs = {

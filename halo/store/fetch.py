@@ -1,7 +1,9 @@
 """The fetch phase: bring every artifact of a lock into the store, verified by sha256.
 
-Order of preference: already in the store, a local substitute folder, the configured index.
-A substitute or download whose bytes don't match the pin is refused and nothing of it is kept.
+Order of preference: already in the store (re-verified: by its stamp, or hashed again when the
+file changed), a local substitute folder, the configured index. An entry that no longer hashes
+right is fetched again, replaced, and reported as repaired. A substitute or download whose
+bytes don't match the pin is refused and nothing of it is kept.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Protocol
 from halo.errors import HaloError
 from halo.pins.lockfile import Artifact, Lock
 from halo.report import Progress, human_bytes, say, table
-from halo.store.store import Store
+from halo.store.store import Store, check_key
 
 
 class Index(Protocol):
@@ -27,7 +29,7 @@ class Index(Protocol):
 class Fetched:
     package: str
     artifact: Artifact
-    origin: str  # "store", "substitute", "index"
+    origin: str  # "store", "substitute", "index", or "repaired"
     size: int
 
 
@@ -52,8 +54,15 @@ def _from_index(store: Store, package: str, art: Artifact, index: Index) -> None
         )
     length, chunks = index.download(url)
     progress = Progress(art.file, length or art.size)
-    store.add_stream(art.sha256, chunks, art.file, progress.advance)
+    store.add_stream(art.sha256, chunks, art.file, progress.advance, length or art.size)
     progress.finish()
+
+
+def bring(store: Store, package: str, art: Artifact, index: Index, dirs: Sequence[Path]) -> str:
+    if _from_substitutes(store, art, dirs):
+        return "substitute"
+    _from_index(store, package, art, index)
+    return "index"
 
 
 def fetch_lock(
@@ -61,15 +70,29 @@ def fetch_lock(
 ) -> list[Fetched]:
     results = []
     wanted = [(p.name, a) for p in lock.packages for a in p.artifacts]
+    for _, art in wanted:  # every key is checked before anything is written
+        check_key(art.sha256)
     say(f"fetch {lock.set}: {len(wanted)} artifacts into {store.root}")
     for package, art in wanted:
         if store.has(art.sha256):
-            origin = "store"
-        elif _from_substitutes(store, art, substitutes):
-            origin = "substitute"
+            bad = store.check(art.sha256)
+            if bad is None:
+                origin = "store"
+            else:
+                got = bad.actual[:12] or "unreadable bytes"
+                say(f"  {art.file}: store entry corrupted (sha256 {got}…), fetching it again")
+                # The good bytes replace the bad ones in one rename; until then the entry
+                # stays (refused by every reader), so the next fetch still reports the repair.
+                try:
+                    bring(store, package, art, index, substitutes)
+                except HaloError as exc:
+                    raise HaloError(
+                        f"{art.file}: store entry corrupted and not replaced ({exc.message}); "
+                        f"run `halo fetch {lock.set}` when a source has it"
+                    ) from None
+                origin = "repaired"
         else:
-            _from_index(store, package, art, index)
-            origin = "index"
+            origin = bring(store, package, art, index, substitutes)
         size = store.path(art.sha256).stat().st_size
         results.append(Fetched(package, art, origin, size))
     return results
@@ -84,6 +107,8 @@ def summary(set_name: str, results: Sequence[Fetched]) -> str:
         for origin, items in sorted(by_origin.items())
     ]
     rows.append(("total", len(results), human_bytes(sum(r.size for r in results))))
-    return f"fetch {set_name}: every artifact verified by sha256\n" + table(
-        ("from", "artifacts", "bytes"), rows
-    )
+    repaired = [r.artifact.file for r in by_origin.get("repaired", [])]
+    head = f"fetch {set_name}: every artifact verified by sha256"
+    if repaired:
+        head += f"; repaired {len(repaired)} corrupt store entr{'y' if len(repaired) == 1 else 'ies'}: {', '.join(repaired)}"
+    return head + "\n" + table(("from", "artifacts", "bytes"), rows)

@@ -6,6 +6,7 @@ come from halo.sources (configuration), never from this repository.
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.parse
@@ -42,11 +43,16 @@ class IndexClient:
                     raise HaloError(
                         f"{project}: index answered HTTP {exc.code} for its project page"
                     ) from None
-                except (urllib.error.URLError, TimeoutError, json.JSONDecodeError) as exc:
+                except (OSError, http.client.HTTPException, ValueError) as exc:
+                    # URLError, a reset connection, a timeout; ValueError: not JSON, not UTF-8.
                     raise HaloError(
                         f"{project}: index unreachable or not PEP 691 JSON ({exc})"
                     ) from None
+                if not isinstance(page, dict) or not isinstance(page.get("files", []), list):
+                    raise HaloError(f"{project}: index page is not PEP 691 JSON ({url})")
                 for entry in page.get("files", []):
+                    if not isinstance(entry, dict) or not isinstance(entry.get("url"), str):
+                        continue
                     entry["url"] = urllib.parse.urljoin(url, entry["url"])
                     files.append(entry)
             self._pages[key] = files
@@ -63,15 +69,24 @@ class IndexClient:
 
     @staticmethod
     def download(url: str) -> tuple[int | None, Iterator[bytes]]:
+        """(Content-Length or None, the body in chunks); a dropped connection is one line."""
+        name = url.rsplit("/", 1)[-1]
         try:
             resp = urllib.request.urlopen(url, timeout=TIMEOUT_S)
-        except (urllib.error.URLError, TimeoutError) as exc:
-            raise HaloError(f"{url.rsplit('/', 1)[-1]}: download failed ({exc})") from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise HaloError(f"{name}: download failed ({exc})") from None
         length = resp.headers.get("Content-Length")
 
         def chunks() -> Iterator[bytes]:
+            got = 0
             with resp:
-                while chunk := resp.read(CHUNK):
-                    yield chunk
+                try:
+                    while chunk := resp.read(CHUNK):
+                        got += len(chunk)
+                        yield chunk
+                except (OSError, http.client.HTTPException) as exc:
+                    raise HaloError(
+                        f"{name}: download interrupted after {got} bytes ({exc}); not kept"
+                    ) from None
 
-        return (int(length) if length else None), chunks()
+        return (int(length) if length and length.isdigit() else None), chunks()

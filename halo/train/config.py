@@ -10,6 +10,7 @@ command-line overrides are relative to the current directory (where the person t
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -325,7 +326,9 @@ def load(path: Path, method: str | None, overrides: list[str] | None = None) -> 
     """Read, resolve paths, apply ``--key=value`` overrides, validate."""
     from halo.train import overrides as ov
 
-    path = path.resolve()
+    # realpath, not Path.resolve: on a symlink loop resolve raises RuntimeError; this leaves
+    # the loop to the reader, which names the file in one line.
+    path = Path(os.path.realpath(path))
     raw = read_yaml(path)
     resolve_paths(raw, path.parent)
     ov.apply(raw, ov.parse(overrides or []), schema=Config)

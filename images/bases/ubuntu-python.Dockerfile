@@ -13,3 +13,6 @@ ARG PACKAGES=""
 RUN apt-get update \
     && apt-get install -y --no-install-recommends "${PYTHON}" "${PYTHON}-venv" ca-certificates ${PACKAGES} \
     && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log
+# Mount points every build step mounts something on (/dev, /etc/hosts, hostname, resolv.conf),
+# empty: without them BuildKit leaves a stub with the build's time in each RUN step's layer.
+COPY mount-points/ /

@@ -41,6 +41,8 @@ class LocalIndex:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.files: dict[str, dict[str, bytes]] = {}
+        # filename -> bytes actually sent before the connection drops (Content-Length stays full)
+        self.cut_short: dict[str, int] = {}
         handler = self._handler()
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -83,16 +85,20 @@ class LocalIndex:
                 if len(parts) == 2 and parts[0] == "files":
                     for files in index.files.values():
                         if parts[1] in files:
-                            self._send(200, files[parts[1]], "application/octet-stream")
+                            body = files[parts[1]]
+                            sent = index.cut_short.get(parts[1], len(body))
+                            self._send(200, body, "application/octet-stream", sent)
                             return
                 self._send(404, b"not found", "text/plain")
 
-            def _send(self, code: int, body: bytes, ctype: str) -> None:
+            def _send(self, code: int, body: bytes, ctype: str, sent: int | None = None) -> None:
                 self.send_response(code)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                self.wfile.write(body[:sent])
+                if sent is not None and sent < len(body):
+                    self.close_connection = True
 
         return Handler
 

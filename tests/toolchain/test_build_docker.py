@@ -1,19 +1,38 @@
-"""Real BuildKit builds of halo:cpu (needs a Docker engine; skipped with the reason without one)."""
+"""Real BuildKit builds of halo:cpu (needs a Docker engine; skipped with the reason without one).
+
+Builds are the expensive part, so one build serves many assertions: `cpu_built` is the
+checkout's halo:cpu (a no-op when CI's build-cpu ran first), the layer test makes two warm
+builds in a copy, and the reproducibility test makes the only two builds from scratch, both in
+a second, private engine (its own data root) with a fresh store: a build, then `halo image
+verify`. That engine and all it holds are removed when it ends; in CI it must run, not skip.
+Tests name the immutable tag, never the moving one, which other checkouts move too.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import subprocess
+import tempfile
+import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from dockerd import PrivateEngine
 from support import REPO, docker_or_skip, halo, linked_store
 
+from halo.images.base import DEFAULT_EPOCH, base_ref
+from halo.images.catalog import load_catalog
 from halo.images.docker import Docker
+from halo.images.reproducible import iso
 from halo.paths import store_root
 from halo.pins.lockfile import load_lock
 from halo.store.store import Store
+from halo.testing.container import in_ci
 
 pytestmark = pytest.mark.docker
 
@@ -23,12 +42,18 @@ def docker() -> Docker:
     return docker_or_skip()
 
 
+def _built_ref(stdout: str, repository: str = "halo") -> str:
+    """The immutable reference in `halo image build`'s result table."""
+    row = next(li for li in stdout.splitlines() if li.startswith(f"{repository}:cpu "))
+    return f"{repository}:{row.split()[1]}"
+
+
 @pytest.fixture(scope="module")
 def cpu_built(docker: Docker) -> str:
-    """halo:cpu from the real checkout: a no-op when CI's build-cpu ran first."""
+    """halo:cpu from the real checkout (a no-op when CI's build-cpu ran first); its immutable ref."""
     proc = halo("image", "build", "cpu", cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout
+    return _built_ref(proc.stdout)
 
 
 @pytest.fixture
@@ -46,6 +71,12 @@ def _touch_halo(repo: Path, text: str) -> None:
     init.write_text(init.read_text() + f"# {text}\n")
 
 
+def _run(docker: Docker, ref: str, *argv: str) -> str:
+    proc = docker.run(["--rm", "--network", "none", "--entrypoint", argv[0], ref, *argv[1:]], True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 def test_second_build_is_a_no_op(cpu_built: str) -> None:
     proc = halo("image", "build", "cpu", cwd=REPO)
     assert proc.returncode == 0
@@ -53,25 +84,68 @@ def test_second_build_is_a_no_op(cpu_built: str) -> None:
     assert "docker build" not in proc.stderr
 
 
-def test_changing_halo_rebuilds_only_the_last_layer(
+def test_a_tag_alone_does_not_make_a_no_op(cpu_built: str, test_repo: Path, docker: Docker) -> None:
+    """The input hash is recomputed and must match the image's own label in full."""
+    from halo.images.build import resolve_inputs, up_to_date
+
+    _touch_halo(test_repo, "tag test")  # inputs of its own, so cpu_built's label differs
+    catalog = load_catalog(test_repo)
+    image = catalog.image("cpu")
+    inputs = resolve_inputs(test_repo, catalog, image, docker)
+    squatter = base_ref(catalog.bases[image.base], test_repo)  # an image without that label
+    docker.tag(squatter, image.immutable_ref(inputs.hash))
+    assert up_to_date(docker, image, inputs) is None
+    docker.tag(cpu_built, image.immutable_ref(inputs.hash))  # labelled, with another hash
+    assert up_to_date(docker, image, inputs) is None
+
+
+def test_a_push_recomputes_the_input_hash_and_refuses_a_stale_image(
     cpu_built: str, test_repo: Path, docker: Docker
 ) -> None:
+    """The moving tag points at an image whose label says another hash: a push that read the
+    label would publish it as if it were this checkout's."""
+    docker.tag(cpu_built, "halo-test:cpu")
+    _touch_halo(test_repo, "push test")
+    proc = halo("image", "push", "cpu", "--registry", "127.0.0.1:9/halo-test", cwd=test_repo)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert re.fullmatch(
+        r"halo: error: halo-test:cpu-[0-9a-f]{12}: not built here for the checkout's inputs; "
+        r"run `halo image build cpu` first",
+        line,
+    ), line
+
+
+def test_changing_halo_rebuilds_only_the_last_layer_and_ships_the_change(
+    cpu_built: str, test_repo: Path, docker: Docker
+) -> None:
+    # Same-size edits: the context's incremental sync must still send the new wheel.
     _touch_halo(test_repo, "layer test A")
     first = halo("image", "build", "cpu", cwd=test_repo)
     assert first.returncode == 0, first.stderr[-2000:]
-    before = docker.layers("halo-test:cpu")
+    a = _built_ref(first.stdout, "halo-test")
     _touch_halo(test_repo, "layer test B")
     second = halo("image", "build", "cpu", cwd=test_repo)
     assert second.returncode == 0, second.stderr[-2000:]
-    after = docker.layers("halo-test:cpu")
+    b = _built_ref(second.stdout, "halo-test")
+    before, after = docker.layers(a), docker.layers(b)
     print("layers before:", *before, sep="\n  ")
     print("layers after:", *after, sep="\n  ")
     assert len(before) == len(after) >= 3
     assert before[:-1] == after[:-1], "only halo's layer may change"
     assert before[-1] != after[-1]
+    init = "/opt/venv/lib/python3.11/site-packages/halo/__init__.py"
+    assert _run(docker, b, "tail", "-1", init).strip() == "# layer test B"
+    # halo image diff names what changed: halo's files and the build record, nothing else.
+    diff = halo("image", "diff", a, b, cwd=test_repo)
+    assert diff.returncode == 1
+    changed = [line.split(" ", 1)[1] for line in diff.stdout.splitlines()]
+    assert init in changed and "/etc/halo/build.json" in changed
+    site = "/opt/venv/lib/python3.11/site-packages/halo"
+    assert all(p.startswith((site, "/etc/halo/")) for p in changed), changed
 
 
-def test_a_flipped_byte_in_the_store_refuses_the_build_and_tags_nothing(
+def test_a_corrupt_store_entry_fails_the_build_naming_the_fix_which_then_repairs_it(
     cpu_built: str, test_repo: Path, docker: Docker, tmp_path: Path
 ) -> None:
     lock = load_lock(test_repo / "pins" / "pylock.cpu.toml")
@@ -84,26 +158,34 @@ def test_a_flipped_byte_in_the_store_refuses_the_build_and_tags_nothing(
     tampered.write_bytes(bytes(data))
 
     _touch_halo(test_repo, "tamper test")  # a new input hash: a real build, not a no-op
-    images_before = docker.refs("halo-test")
-    proc = halo("image", "build", "cpu", cwd=test_repo, env={"HALO_STORE": str(copy.root)})
+    offline = {
+        "HALO_STORE": str(copy.root),
+        "HALO_INDEX_URL": "http://127.0.0.1:9/simple/",
+        "HALO_SUBSTITUTES": "",
+        "PIP_FIND_LINKS": "",
+        "UV_FIND_LINKS": "",
+    }
+    proc = halo("image", "build", "cpu", cwd=test_repo, env=offline)
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith(
-        f"halo: error: {victim.file}: store entry corrupted: expected sha256 {victim.sha256}, got "
-    )
-    assert docker.refs("halo-test") == images_before == []
-    assert real.verify(victim.sha256, victim.file)  # the real store still holds the right bytes
+    assert last.startswith(f"halo: error: {victim.file}: store entry corrupted and not replaced ")
+    assert docker.refs("halo-test") == []
+    fix = re.search(r"run `halo ([^`]+)`", last)
+    assert fix is not None and fix.group(1) == "fetch cpu", last
+    # The command it names, with the index back, repairs the entry and says so.
+    repaired = halo(*fix.group(1).split(), cwd=test_repo, env={"HALO_STORE": str(copy.root)})
+    assert repaired.returncode == 0, repaired.stderr[-2000:]
+    assert f"repaired 1 corrupt store entry: {victim.file}" in repaired.stdout
+    assert copy.check(victim.sha256, rehash=True) is None
+    assert real.check(victim.sha256, rehash=True) is None  # the real store was never touched
 
 
-def _sbom_is_the_locks(docker: Docker, input_hash: str) -> None:
+def _sbom_is_the_locks(docker: Docker, ref: str, input_hash: str) -> None:
     """The image's SBOM validates against the CycloneDX schema; one sha256 per component, the lock's."""
     from cyclonedx.schema import SchemaVersion
     from cyclonedx.validation.json import JsonStrictValidator
 
-    cat = [docker.exe, "run", "--rm", "--network", "none", "halo:cpu"]
-    text = subprocess.run(
-        [*cat, "cat", "/etc/halo/sbom.cdx.json"], capture_output=True, text=True, check=True
-    ).stdout
+    text = _run(docker, ref, "cat", "/etc/halo/sbom.cdx.json")
     doc = json.loads(text)
     assert (
         JsonStrictValidator(SchemaVersion.from_version(doc["specVersion"])).validate_str(text)
@@ -118,49 +200,42 @@ def _sbom_is_the_locks(docker: Docker, input_hash: str) -> None:
     assert len(shas["halo-posttrain"]) == 1
 
 
-def test_image_carries_build_record_labels_and_sbom(cpu_built: str, docker: Docker) -> None:
-    run = subprocess.run(
-        [
-            docker.exe,
-            "run",
-            "--rm",
-            "--network",
-            "none",
-            "halo:cpu",
-            "python",
-            "-c",
-            "import json; b=json.load(open('/etc/halo/build.json')); s=json.load(open('/etc/halo/sbom.cdx.json'));"
-            "print(b['input_hash'], len(b['patches']), s['bomFormat'], sorted(c['name'] for c in s['components'])[:200])",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+def test_image_carries_build_record_labels_and_sbom_and_no_build_time(
+    cpu_built: str, docker: Docker
+) -> None:
+    out = _run(
+        docker,
+        cpu_built,
+        "python",
+        "-c",
+        "import json; b=json.load(open('/etc/halo/build.json')); s=json.load(open('/etc/halo/sbom.cdx.json'));"
+        "print(b['input_hash'], len(b['patches']), s['bomFormat'], sorted(c['name'] for c in s['components'])[:200])",
     )
-    assert run.returncode == 0, run.stderr
-    input_hash, n_patches, fmt, names = run.stdout.split(" ", 3)
-    assert docker.inspect("halo:cpu", '{{index .Config.Labels "io.halo.input-hash"}}') == input_hash
-    assert docker.image_id("halo:cpu") == docker.image_id(f"halo:cpu-{input_hash[:12]}")
+    input_hash, n_patches, fmt, names = out.split(" ", 3)
+    assert cpu_built.endswith(f":cpu-{input_hash[:12]}")
+    assert docker.inspect(cpu_built, '{{index .Config.Labels "io.halo.input-hash"}}') == input_hash
     assert int(n_patches) >= 3 and fmt == "CycloneDX"
     assert "'torch'" in names and "'halo-posttrain'" in names
-    _sbom_is_the_locks(docker, input_hash)
-    find = subprocess.run(
-        [
-            docker.exe,
-            "run",
-            "--rm",
-            "--network",
-            "none",
-            "halo:cpu",
-            "find",
-            "/opt/venv",
-            "-name",
-            "__pycache__",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+    _sbom_is_the_locks(docker, cpu_built, input_hash)
+    assert _run(docker, cpu_built, "find", "/opt/venv", "-name", "__pycache__") == "", (
+        "no bytecode caches are shipped"
     )
-    assert find.stdout.strip() == "", "no bytecode caches are shipped"
+    info = docker.inspect_json(cpu_built)
+    assert info["Created"].startswith(iso(DEFAULT_EPOCH).rstrip("Z")), info["Created"]
+    labels = info["Config"]["Labels"]
+    assert "org.opencontainers.image.revision" not in labels, "a commit is not an input"
+    # Every file of every layer carries SOURCE_DATE_EPOCH or older: nothing from the build's clock.
+    newer = _run(
+        docker,
+        cpu_built,
+        "find",
+        "/opt",
+        "/etc/halo",
+        "/workspace",
+        "-newermt",
+        f"@{DEFAULT_EPOCH}",
+    )
+    assert newer == ""
 
 
 def test_an_artifact_missing_from_the_store_fails_the_build_naming_it(
@@ -210,20 +285,143 @@ def test_plan_predicts_the_built_input_hash(cpu_built: str, docker: Docker) -> N
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stdout.splitlines() if x.startswith("input hash: "))
     planned = line.split()[2]
-    assert docker.inspect("halo:cpu", '{{index .Config.Labels "io.halo.input-hash"}}') == planned
+    assert docker.inspect(cpu_built, '{{index .Config.Labels "io.halo.input-hash"}}') == planned
 
 
-def test_two_builds_of_one_input_hash_ship_the_same_bytes(
-    cpu_built: str, test_repo: Path, docker: Docker
+class DiskWatch:
+    """The most disk a test took while it ran: free space sampled twice a second.
+
+    Other users of the disk move the number too; it is a measurement to report, not a check.
+    """
+
+    def __init__(self, where: Path) -> None:
+        self.where, self.start = where, shutil.disk_usage(where).free
+        self.low, self._done = self.start, threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.5):
+            self.low = min(self.low, shutil.disk_usage(self.where).free)
+
+    def peak(self) -> int:
+        self._done.set()
+        self._thread.join()
+        return self.start - self.low
+
+
+def _skip_or_fail(reason: str) -> None:
+    """In CI this test must run: what would be a skip on a workstation fails there."""
+    (pytest.fail if in_ci() else pytest.skip)(reason)
+
+
+def _need_free(need: int, what: str) -> None:
+    free = shutil.disk_usage(tempfile.gettempdir()).free
+    if free < need:
+        _skip_or_fail(f"{what} needs {need / 2**30:.1f} GiB free, {free / 2**30:.1f} GiB free")
+
+
+@dataclass(frozen=True)
+class Private:
+    """halo:cpu as built in the private engine: its environment, and the sizes that bound disk."""
+
+    env: dict[str, str]  # DOCKER_HOST, a fresh HALO_STORE and XDG_CACHE_HOME
+    build_need: int  # free bytes one build in the engine needs
+    exe: str  # the docker CLI
+
+    def drop_build_cache(self) -> None:
+        """Give back what BuildKit keeps after a build (the engine's own; nobody else's)."""
+        prune = [self.exe, "builder", "prune", "--all", "--force"]
+        subprocess.run(prune, env={**os.environ, **self.env}, capture_output=True, check=True)
+
+
+@pytest.fixture(scope="module")
+def private_cpu(
+    cpu_built: str, docker: Docker, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Private]:
+    """A second, private Docker engine (its own data root, exec root, socket: no layer, base
+    or build cache of the shared one) with the base carried over, and a fresh store and cache.
+
+    Disk is bounded and given back: the fresh store holds the lock's artifacts as hard links
+    to the same verified bytes (no stamp, derivation record or source tree goes with them:
+    every entry is hashed again by the build), and the engine, its data root, the store and
+    the cache are removed when the module's tests are done.
+    """
+    catalog = load_catalog(REPO)
+    image = catalog.image("cpu")
+    lock = load_lock(REPO / "pins" / f"pylock.{image.pins}.toml")
+    size = int(docker.inspect_json(cpu_built)["Size"])
+    context = sum(a.size or 0 for a in lock.artifacts)
+    # What one build takes in an engine, measured: the context BuildKit was sent, and the
+    # image's layers twice (BuildKit's snapshots and the engine's layer store) until its
+    # build cache is dropped; plus a GiB of slack.
+    need = 2 * size + context + (1 << 30)
+    _need_free(need, "a build in a second engine")
+    try:
+        engine = PrivateEngine("repro")
+    except RuntimeError as exc:
+        _skip_or_fail(f"needs a second Docker engine: {exc}")
+    top = tmp_path_factory.mktemp("private")
+    watch = DiskWatch(Path(tempfile.gettempdir()))
+    try:
+        # The base is an input, pinned by its image ID: carried over as it is, like a pull.
+        base = base_ref(catalog.bases[image.base], REPO)
+        save = subprocess.Popen([docker.exe, "save", base], stdout=subprocess.PIPE)
+        load = subprocess.run(
+            [docker.exe, "load"],
+            stdin=save.stdout,
+            env={**os.environ, **engine.env},
+            capture_output=True,
+            check=False,
+        )
+        assert save.wait() == 0 and load.returncode == 0, load.stderr
+        linked_store(top / "store", lock.artifacts)
+        env = {**engine.env, "HALO_STORE": str(top / "store"), "XDG_CACHE_HOME": str(top / "cache")}
+        yield Private(env, need, docker.exe)
+    finally:
+        peak = watch.peak()
+        engine.stop()
+        shutil.rmtree(top, ignore_errors=True)
+        print(f"second engine: peak disk {peak / 2**30:.1f} GiB")
+
+
+def test_same_inputs_give_the_same_image_id_in_another_engine_from_a_fresh_store(
+    cpu_built: str, docker: Docker, private_cpu: Private
 ) -> None:
-    """Same inputs, same outputs: two builds from scratch, compared file by file."""
-    first = halo("image", "build", "cpu", "--force", cwd=test_repo)
-    assert first.returncode == 0, first.stderr[-2000:]
-    docker.tag("halo-test:cpu", "halo-test:first")
-    second = halo("image", "build", "cpu", "--force", cwd=test_repo)
-    assert second.returncode == 0, second.stderr[-2000:]
-    # --force rebuilds without the layer cache: pip really installs the stack a second time.
-    assert "Successfully installed" in second.stderr and "torch-2.11.0" in second.stderr
-    diff = halo("image", "diff", "halo-test:first", "halo-test:cpu", cwd=test_repo)
-    assert diff.returncode == 0, diff.stdout[-3000:]
-    assert diff.stdout.startswith("same content: ")
+    """halo:cpu built again in the private engine from a fresh store gives the image ID of the
+    checkout's halo:cpu, however that was built (in CI: by build-cpu, in the shared engine,
+    from its own store)."""
+    expected = docker.image_id(cpu_built)
+    assert expected
+    there = halo("image", "build", "cpu", cwd=REPO, env=private_cpu.env)
+    assert there.returncode == 0, there.stderr[-3000:]
+    assert "Successfully installed" in there.stderr and "torch-" in there.stderr
+    assert _built_ref(there.stdout) == cpu_built
+    there_id = subprocess.run(
+        [docker.exe, "image", "inspect", "--format", "{{.Id}}", cpu_built],
+        env={**os.environ, **private_cpu.env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert there_id.stdout.strip() == expected
+    private_cpu.drop_build_cache()
+
+
+def test_image_verify_rebuilds_from_scratch_and_finds_the_same_image_id(
+    cpu_built: str, docker: Docker, private_cpu: Private
+) -> None:
+    """`halo image verify` in the private engine (all it makes goes with that engine's data
+    root): a rebuild with no layer cache, compared with the image the engine holds."""
+    expected = docker.image_id(cpu_built)
+    assert expected
+    built = halo("image", "build", "cpu", cwd=REPO, env=private_cpu.env)  # a no-op after the above
+    assert built.returncode == 0, built.stderr[-3000:]
+    # The rebuild makes the image's layers once more before they are found identical.
+    _need_free(private_cpu.build_need, "a rebuild in the second engine")
+    verify = halo("image", "verify", "cpu", cwd=REPO, env=private_cpu.env)
+    private_cpu.drop_build_cache()
+    assert verify.returncode == 0, verify.stdout + verify.stderr[-3000:]
+    assert "Successfully installed" in verify.stderr, "verify rebuilds from scratch"
+    row = next(li for li in verify.stdout.splitlines() if li.startswith("halo:cpu "))
+    assert row.split()[1:4] == [expected[:19], expected[:19], "same"]

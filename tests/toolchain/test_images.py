@@ -57,26 +57,83 @@ def test_catalog_parses_the_shipped_file() -> None:
     [
         (
             lambda s: s.replace("  cpu:\n", "  cpu:\n    colour: red\n"),
-            r"images\.cpu: unknown key 'colour'",
+            r"images\.cpu\.colour: unknown key",
         ),
         (lambda s: s.replace("base: b", "base: nope"), r"images\.cpu\.base: unknown base 'nope'"),
         (
             lambda s: s.replace("recipe: mmdebstrap", "recipe: magic"),
-            r"bases\.b\.recipe: expected one of",
+            r"bases\.b\.recipe: Input should be 'mmdebstrap', 'dockerfile' or 'registry'",
         ),
-        (lambda s: s.replace("    repository: halo\n", ""), r"images\.cpu\.repository: required"),
-        (lambda s: s + "  x: [unclosed\n", r"malformed YAML"),
+        (
+            lambda s: s.replace("    repository: halo\n", ""),
+            r"images\.cpu\.repository: Field required",
+        ),
+        (
+            lambda s: s.replace("    dockerfile: images/training/Dockerfile\n", ""),
+            r"images\.cpu\.dockerfile: Field required",
+        ),
+        (lambda s: s + "  x: [unclosed\n", r"not valid YAML: .*line \d+"),
+        # YAML reads 0.10 as the number 0.1: a tag must be written as a string.
+        (
+            lambda s: s.replace("tag: cpu", "tag: 0.10"),
+            r"images\.cpu\.tag: Value error, expected a string, YAML read a number: put the value in quotes, got 0\.1",
+        ),
+        (
+            lambda s: s.replace("tag: cpu", "tag: cpu latest"),
+            r"images\.cpu\.tag: Value error, expected an OCI tag",
+        ),
+        (
+            lambda s: s.replace("tag: cpu", 'tag: "-cpu"'),
+            r"images\.cpu\.tag: Value error, expected an OCI tag",
+        ),
+        (
+            lambda s: s.replace("tag: cpu", f"tag: {'x' * 116}"),
+            r"images\.cpu\.tag: Value error, expected an OCI tag",
+        ),
+        (
+            lambda s: s.replace("repository: halo", "repository: hälo"),
+            r"images\.cpu\.repository: Value error, expected an OCI repository name",
+        ),
+        (
+            lambda s: s.replace("repository: halo", "repository: Halo"),
+            r"images\.cpu\.repository: Value error, expected an OCI repository name",
+        ),
+        (
+            lambda s: s.replace("tiers: [cpu]", "tiers: [cpu, gpu]"),
+            r"images\.cpu\.tiers\[1\]: unknown tier 'gpu'",
+        ),
+        (
+            lambda s: s.replace("tiers: [cpu]", "tiers: cpu"),
+            r"images\.cpu\.tiers: Input should be a valid list",
+        ),
+        (
+            lambda s: s.replace("    pins: cpu\n", "    pins: cpu\n    pins: gpu\n"),
+            r"duplicate key 'pins'",
+        ),
+        (
+            lambda s: s.replace("python: python3", "python: 3"),
+            r"bases\.b\.python: Input should be a valid string",
+        ),
+        (
+            lambda s: s.replace("    suite: bookworm\n", ""),
+            r"bases\.b\.suite: required for recipe mmdebstrap",
+        ),
+        (
+            lambda s: s.replace("images:\n  cpu:", "images: []\nimagez:\n  cpu:"),
+            r"images: Input should be a valid dictionary",
+        ),
+        (lambda s: "", r"\(top level\): Input should be a valid dictionary"),
         (
             lambda s: s.replace("  cpu:\n", "  cpu:\n    args: [SERVER]\n"),
-            r"images\.cpu\.args: expected a mapping",
+            r"images\.cpu\.args: Input should be a valid dictionary",
         ),
         (
             lambda s: s.replace("  cpu:\n", "  cpu:\n    args: {server: vllm}\n"),
-            r"images\.cpu\.args: expected an upper-case build argument name, got 'server'",
+            r"images\.cpu\.args\.server.*expected an upper-case build argument name",
         ),
         (
             lambda s: s.replace("  cpu:\n", "  cpu:\n    args: {PORT: 8000}\n"),
-            r"images\.cpu\.args\.PORT: expected a non-empty string, got 8000",
+            r"images\.cpu\.args\.PORT: Input should be a valid string",
         ),
         (
             lambda s: s.replace("  cpu:\n", "  cpu:\n    args: {BASE: x}\n"),
@@ -85,16 +142,41 @@ def test_catalog_parses_the_shipped_file() -> None:
     ],
 )
 def test_catalog_errors_name_the_key(mutate, message: str) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(HaloError, match=message):
+    with pytest.raises(HaloError, match=message) as err:
         parse_catalog(mutate(GOOD), Path("images/images.yaml"))
+    assert "\n" not in err.value.message
+
+
+def test_catalog_reports_every_problem_at_once() -> None:
+    bad = GOOD.replace("tag: cpu", "tag: 0.10").replace("tiers: [cpu]", "tiers: [gpu]")
+    bad = bad.replace("recipe: mmdebstrap", "recipe: magic")
+    with pytest.raises(HaloError) as err:
+        parse_catalog(bad, Path("images/images.yaml"))
+    line = err.value.message
+    assert line.startswith("images/images.yaml: 3 problems: "), line
+    for key in ("bases.b.recipe: ", "images.cpu.tag: ", "images.cpu.tiers[0]: "):
+        assert key in line
+
+
+def test_catalog_dockerfiles_must_exist(repo_copy: Path) -> None:
+    catalog = repo_copy / "images" / "images.yaml"
+    catalog.write_text(
+        catalog.read_text().replace("images/training/Dockerfile", "images/trainin/Dockerfile")
+    )
+    with pytest.raises(
+        HaloError, match=r"images\.cpu\.dockerfile: no such file images/trainin/Dockerfile"
+    ):
+        load_catalog(repo_copy)
 
 
 def test_registry_bases_must_be_pinned_by_digest() -> None:
     text = GOOD.replace(
         "recipe: mmdebstrap\n    suite: bookworm\n",
         "recipe: registry\n    from: nvidia/cuda:13.0.2-base-ubuntu24.04\n",
-    )
-    with pytest.raises(HaloError, match=r"bases\.b\.from: must be pinned by digest"):
+    ).replace("    packages: [python3]\n", "")
+    with pytest.raises(
+        HaloError, match=r"bases\.b\.from: Value error, expected an image pinned by digest"
+    ):
         parse_catalog(text, Path("images.yaml"))
 
 
@@ -110,7 +192,9 @@ def test_malformed_catalog_is_one_line_exit_2_nothing_written(
     (repo_copy / "images" / "images.yaml").write_text("images:\n  cpu: [unclosed\n")
     proc = halo("image", "build", "cpu", cwd=repo_copy, env=isolated_env)
     assert proc.returncode == 2
-    assert _one_error_line(proc).startswith(f"halo: error: {repo_copy}/images/images.yaml: line ")
+    assert _one_error_line(proc).startswith(
+        f"halo: error: {repo_copy}/images/images.yaml: not valid YAML: "
+    )
     assert tree_listing(tmp_path / "store") == tree_listing(tmp_path / "cache") == []
 
 
@@ -283,3 +367,29 @@ def test_manifest_diff_names_added_removed_and_changed_files() -> None:
         "+ /opt/venv/c",
     ]
     assert diff_manifests(left, dict(left)) == []
+
+
+def test_a_remembered_catalog_is_checked_again_when_it_or_its_dockerfiles_change(
+    repo_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from halo.images.catalog import remember
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first = load_catalog(repo_copy)
+    assert not (tmp_path / "cache").exists(), "remembered only after a command succeeded"
+    remember(first)
+    (memo,) = (tmp_path / "cache" / "halo" / "validated").glob("catalog-*.json")
+    assert load_catalog(repo_copy) == first
+    dockerfile = repo_copy / "images" / "server" / "Dockerfile"
+    text = dockerfile.read_text()
+    dockerfile.unlink()
+    with pytest.raises(HaloError, match=r"images\.vllm\.dockerfile: no such file"):
+        load_catalog(repo_copy)
+    dockerfile.write_text(text)
+    assert load_catalog(repo_copy).memo is None, "read back from the memo"
+    memo.write_text("{not json")
+    assert load_catalog(repo_copy) == first, "a broken memo is only a miss"
+    catalog = repo_copy / "images" / "images.yaml"
+    catalog.write_text(catalog.read_text().replace('tag: "0.26.0"', "tag: 0.26"))
+    with pytest.raises(HaloError, match=r"images\.vllm\.tag: Value error, expected a string"):
+        load_catalog(repo_copy)

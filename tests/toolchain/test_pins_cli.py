@@ -138,7 +138,7 @@ BAD_INPUTS = {
     "bad platform": (
         ("pins", "lock", "cpu"),
         ("sets.toml", 'platform = "x86_64-manylinux_2_36"', 'platform = "debian12"'),
-        "key 'platform' must look like",
+        "set.cpu.platform: Value error, expected a target like 'x86_64-manylinux_2_39'",
     ),
     "missing requirement file": (
         ("pins", "lock"),

@@ -1,0 +1,169 @@
+"""The image catalog's schema: images/images.yaml validated into halo.images.catalog's types.
+
+Through halo.schema: UTF-8, strict YAML (a duplicate key is an error), and typed models that
+report every problem at once by key path. Tags and repositories follow the OCI grammar
+(`tag: 0.10` is the number 0.1 to YAML: it must be quoted), tiers are the known test tiers,
+and the Dockerfiles an entry names must exist. Imported only when the catalog changed (see
+halo.images.catalog.load_catalog).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from halo.images.catalog import Base, Catalog, Image
+from halo.schema import (
+    Name,
+    OciRepository,
+    OciTag,
+    Problems,
+    RelativePath,
+    Strict,
+    load_yaml,
+    matches,
+)
+
+DigestRef = Annotated[
+    str,
+    matches(
+        r"[\w./:-]+@sha256:[0-9a-f]{64}",
+        "an image pinned by digest (NAME:TAG@sha256:<64 hex>)",
+    ),
+]
+CudaArch = Annotated[str, matches(r"\d+\.\d+[a-z]?", "a CUDA arch like '9.0a' or '10.0'")]
+DebPackage = Annotated[str, matches(r"[a-z0-9][a-z0-9+.-]+", "a Debian package name")]
+ArgName = Annotated[str, matches(r"[A-Z][A-Z0-9_]*", "an upper-case build argument name")]
+# Build arguments halo gives every Dockerfile itself: an entry's `args` may not override them.
+OWN_ARGS = ("BASE", "PYTHON", "SOURCE_DATE_EPOCH")
+
+
+def known_tiers() -> tuple[str, ...]:
+    """The test tiers' markers (cpu, gpu_core, ...): what an image may list under `tiers`."""
+    from halo.testing.tiers import TIERS
+
+    return tuple(t.marker for t in TIERS.values())
+
+
+class BaseSpec(Strict):
+    recipe: Literal["mmdebstrap", "dockerfile", "registry"]
+    python: Annotated[str, Field(min_length=1)]
+    suite: Name | None = None
+    variant: Name | None = None
+    packages: list[DebPackage] = Field(default_factory=list)
+    from_: DigestRef | None = Field(None, alias="from")
+    dockerfile: RelativePath | None = None
+
+
+class ImageSpec(Strict):
+    repository: OciRepository
+    tag: OciTag
+    dockerfile: RelativePath
+    pins: Name
+    base: Name
+    builder: Name | None = None
+    cuda_arch: list[CudaArch] = Field(default_factory=list)
+    sources: list[Name] = Field(default_factory=list)
+    tiers: list[str] = Field(default_factory=list)
+    publish: OciRepository
+    # The Dockerfile's own build arguments (the shared server Dockerfile: which server, port).
+    args: dict[ArgName, Annotated[str, Field(min_length=1)]] = Field(default_factory=dict)
+
+
+class CatalogSpec(Strict):
+    bases: dict[Name, object] = Field(default_factory=dict)
+    images: Annotated[dict[Name, object], Field(min_length=1)]
+
+
+def _base(name: str, spec: BaseSpec, where: str, found: Problems) -> Base:
+    # What each recipe needs, and what it must not carry (a key that would silently do nothing).
+    needs = {
+        "mmdebstrap": ("suite",),
+        "dockerfile": ("from_", "dockerfile"),
+        "registry": ("from_",),
+    }[spec.recipe]
+    extra = {"mmdebstrap": {"variant", "packages"}, "dockerfile": {"packages"}}
+    allowed = {*needs, *extra.get(spec.recipe, ())}
+    for key in ("suite", "variant", "packages", "from_", "dockerfile"):
+        shown = key.rstrip("_")
+        value = getattr(spec, key)
+        if key in needs and not value:
+            found.add(f"{where}.{shown}", f"required for recipe {spec.recipe}")
+        elif key not in allowed and value:
+            found.add(f"{where}.{shown}", f"not used by recipe {spec.recipe}")
+    return Base(
+        name=name,
+        recipe=spec.recipe,
+        python=spec.python,
+        suite=spec.suite or "",
+        variant=(spec.variant or "minbase") if spec.recipe == "mmdebstrap" else "",
+        packages=tuple(spec.packages),
+        from_ref=spec.from_ or "",
+        dockerfile=spec.dockerfile or "",
+    )
+
+
+def parse(text: str, path: Path, repo: Path | None = None) -> Catalog:
+    """The catalog in ``text``; with ``repo``, the Dockerfiles it names must exist there."""
+    data = load_yaml(text, str(path))
+    found = Problems(str(path))
+    top = found.model(CatalogSpec, data)
+    if top is None:
+        found.check()
+    assert top is not None
+    bases: dict[str, Base] = {}
+    for name, raw in top.bases.items():
+        spec = found.model(BaseSpec, raw, f"bases.{name}")
+        if spec is not None:
+            bases[name] = _base(name, spec, f"bases.{name}", found)
+    tiers = known_tiers()
+    images: dict[str, Image] = {}
+    refs: dict[str, str] = {}
+    for name, raw in top.images.items():
+        where = f"images.{name}"
+        spec = found.model(ImageSpec, raw, where)
+        # References are checked even when the entry has other problems: all of them at once.
+        fields = raw if isinstance(raw, dict) else {}
+        for key in ("base", "builder"):
+            ref = fields.get(key)
+            if isinstance(ref, str) and ref not in top.bases:
+                known = ", ".join(sorted(top.bases))
+                found.add(f"{where}.{key}", f"unknown base '{ref}' (known: {known})")
+        listed = fields.get("tiers")
+        for i, tier in enumerate(listed if isinstance(listed, list) else []):
+            if isinstance(tier, str) and tier not in tiers:
+                found.add(
+                    f"{where}.tiers[{i}]", f"unknown tier '{tier}' (known: {', '.join(tiers)})"
+                )
+        if spec is None:
+            continue
+        for arg in sorted(set(spec.args) & set(OWN_ARGS)):
+            found.add(f"{where}.args.{arg}", f"set by halo itself ({', '.join(OWN_ARGS)})")
+        ref = f"{spec.repository}:{spec.tag}"
+        if ref in refs:
+            found.add(f"{where}.tag", f"{ref} is also images.{refs[ref]}'s tag")
+        refs[ref] = name
+        images[name] = Image(
+            name=name,
+            repository=spec.repository,
+            tag=spec.tag,
+            dockerfile=spec.dockerfile,
+            pins=spec.pins,
+            base=spec.base,
+            builder=spec.builder,
+            cuda_arch=tuple(spec.cuda_arch),
+            sources=tuple(spec.sources),
+            tiers=tuple(spec.tiers),
+            publish=spec.publish,
+            args=tuple(sorted(spec.args.items())),
+        )
+    if repo is not None:
+        named = [(f"images.{n}.dockerfile", i.dockerfile) for n, i in images.items()]
+        named += [(f"bases.{n}.dockerfile", b.dockerfile) for n, b in bases.items() if b.dockerfile]
+        for where, rel in named:
+            if not (repo / rel).is_file():
+                found.add(where, f"no such file {rel}")
+    found.check()
+    return Catalog(path=path, bases=bases, images=images)
