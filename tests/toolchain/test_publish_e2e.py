@@ -173,4 +173,4 @@ def test_make_train_trains_in_the_image_with_the_shared_flags(
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "done: 2 steps" in proc.stdout
-    assert list((scratch / "ckpt").glob("*/epoch_0_step_2")), "the checkpoint is on the host"
+    assert list((scratch / "ckpt").glob("*/r*_epoch_0_step_2")), "the checkpoint is on the host"
