@@ -137,7 +137,11 @@ BAD_INPUTS = {
     "unknown set in diff": (("pins", "diff", "cpu", "nope"), None, "unknown pin set 'nope'"),
     "bad platform": (
         ("pins", "lock", "cpu"),
-        ("sets.toml", 'platform = "x86_64-manylinux_2_36"', 'platform = "debian12"'),
+        (
+            "sets.toml",
+            'platform = "x86_64-manylinux_2_36"  # Debian 12',
+            'platform = "debian12"  # Debian 12',
+        ),
         "set.cpu.platform: Value error, expected a target like 'x86_64-manylinux_2_39'",
     ),
     "missing requirement file": (
