@@ -115,10 +115,13 @@ def test_build_once_test_that_digest_publish_that_digest(
     assert _config_digest(pushed_to, "cpu") == _config_digest(release, "cpu") == local_id
     assert pushed.stdout.count("pulls anonymously") == 2
 
-    # A second fresh build of the same inputs (no cache: what a new runner does).
-    rebuilt = halo("image", "build", "cpu", "--force", cwd=REPO)
-    assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
-    # Same inputs; a new image ID until builds are byte-reproducible, the same one after.
+    # A second fresh build of the same inputs (no layer cache: what a new runner does), made
+    # by `halo image verify`: it rebuilds from scratch and compares image IDs.
+    rebuilt = halo("image", "verify", "cpu", cwd=REPO)
+    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr[-2000:]
+    assert "Successfully installed" in rebuilt.stderr, "verify rebuilds from scratch"
+    row = next(li for li in rebuilt.stdout.splitlines() if li.startswith("halo:cpu "))
+    assert row.split()[1:4] == [local_id[:19], local_id[:19], "same"]
     assert local_image_for_inputs(REPO, CPU)[0] == local_ref
     again = _stage(ns, staging, tmp_path)
     second = halo("image", "promote", "cpu", "--from", again, "--registry", release, cwd=REPO)
