@@ -6,7 +6,7 @@
 Both train the ~30M-parameter Llama of examples/bench/config.yaml from the same seed on the
 SFT example's chats (assistant tokens only), batch 8, one epoch (8 steps), on the CPU, each
 in its own process. Throughput is tokens (non-padding, as each side counts them) over the
-summed time of the optimizer steps, start-up excluded, in wall seconds and in CPU seconds of
+summed time of the optimizer steps after the first two (start-up and warm-up excluded), in wall seconds and in CPU seconds of
 the process; the budget is on the latter, which a busy neighbour does not inflate. The two alternate (ours, TRL, TRL,
 ours, ...), so a busy neighbour on a shared machine slows both, and the medians are compared.
 TRL is not a trainer dependency: the bench's own environment (`nox -s bench`) installs it.
@@ -33,10 +33,16 @@ GOAL, FLOOR = 1.3, 1.0
 Step = tuple[int, float, float]
 
 
+# Steps left out of each side's rate: the first ones pay for oneDNN's kernel generation and
+# the allocator's warm-up (measured: the first run's rate was a tenth of the second's).
+WARMUP_STEPS = 2
+
+
 def _rates(steps: list[Step]) -> tuple[float, float]:
-    """(tokens per wall second, tokens per CPU second) over the steps."""
-    tokens = sum(s[0] for s in steps)
-    return tokens / sum(s[1] for s in steps), tokens / sum(s[2] for s in steps)
+    """(tokens per wall second, tokens per CPU second) over the steps after the warm-up."""
+    timed = steps[WARMUP_STEPS:] or steps
+    tokens = sum(s[0] for s in timed)
+    return tokens / sum(s[1] for s in timed), tokens / sum(s[2] for s in timed)
 
 
 def ours(config: Path, tmp: Path) -> list[Step]:
