@@ -7,7 +7,7 @@
   lock check      `halo pins lock --check` over every set, warm uv cache                     < 60 s
   trainer         tokens/s of `halo launch sft` / TRL SFTTrainer, ~30M Llama, CPU   >= 1.0x (goal 1.3x)
 
-Exit 1 when a budget is missed. `--only NAME` runs one row.
+Exit 1 when a budget is missed. `--only NAME` runs one row, `--skip NAME` all but it.
 """
 
 from __future__ import annotations
@@ -141,9 +141,10 @@ BENCHES: dict[str, Callable[[], list[Row]]] = {
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=sorted(BENCHES), action="append")
+    parser.add_argument("--skip", choices=sorted(BENCHES), action="append", default=[])
     args = parser.parse_args()
     rows: list[Row] = []
-    for name in args.only or BENCHES:
+    for name in [n for n in args.only or BENCHES if n not in args.skip]:
         print(f"bench: {name} ...", file=sys.stderr, flush=True)
         rows += BENCHES[name]()
     from halo.report import table
