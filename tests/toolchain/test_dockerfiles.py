@@ -612,3 +612,19 @@ def test_server_image_healthcheck_turns_healthy(server_image: tuple[Docker, str]
         assert status == "healthy"
     finally:
         subprocess.run([docker.exe, "rm", "-f", container], capture_output=True, check=False)
+
+
+def _shared_head(path: Path) -> str:
+    text = path.read_text()
+    return text[text.index("ARG BASE") : text.index("# --- end of the shared part")]
+
+
+def test_training_and_server_dockerfiles_share_their_head_byte_for_byte() -> None:
+    """Up to the kernels step the two files are one text, so BuildKit installs the locked stack
+    once for an image of each on the same lock and base (the server test image reuses it)."""
+    training = _shared_head(REPO / "images" / "training" / "Dockerfile")
+    server = _shared_head(REPO / "images" / "server" / "Dockerfile")
+    assert training == server
+    for step in ("source=tools", "source=wheels", "source=kernels"):
+        assert step in training
+    assert "SERVER" not in training and "WORKDIR" not in training
