@@ -1,17 +1,17 @@
-"""`halo image build`: fetch phase (base, artifacts, derivations), then an offline BuildKit build.
+"""`halo image build`: evaluate the image into a plan, then realise exactly that plan.
 
-The input hash is computed from the files every time; an image tagged with it whose own
-input-hash label says the same is not rebuilt: the build is a no-op that only makes sure the
-moving tag points at it. A build's result is normalised (halo.images.reproducible), so the
-same inputs give the same image ID on any machine; `halo image verify` rebuilds from scratch
-and compares.
+One pass: plan (halo.images.buildplan: the input hash, computed once, the lock, parsed once) →
+fetch → realise derivations → stage the context → run the plan's build command → record. An
+image tagged with the input hash whose own input-hash label says the same is not rebuilt: the
+build is a no-op that only makes sure the moving tag points at it. A build's result is
+normalised (halo.images.reproducible), so the same inputs give the same image ID on any
+machine; `halo image verify` rebuilds from scratch and compares.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
 import tempfile
 import time
 from collections.abc import Iterator
@@ -21,23 +21,29 @@ from typing import TYPE_CHECKING
 
 from halo import __version__
 from halo.errors import HaloError, os_error
-from halo.images.base import base_ref, base_state, make_base, recipe_hash, source_date_epoch
+from halo.images.base import BaseState, make_base, source_date_epoch
+from halo.images.buildplan import (
+    INPUT_LABEL,
+    BuildPlan,
+    base_states,
+    evaluate,
+    make_plan,
+    wanted_bases,
+)
 from halo.images.catalog import Catalog, Image
-from halo.images.docker import Docker
-from halo.images.inputs import Inputs, image_inputs
+from halo.images.docker import Docker, run_build
+from halo.images.inputs import Inputs
 from halo.paths import cache_home
 from halo.pins.names import lock_path
 from halo.report import human_bytes, say, table
 
 if TYPE_CHECKING:
+    from halo.images.derivations import Derivation
     from halo.pins.lockfile import Lock
     from halo.store.store import Store
 
 # The fetch and build phases import what they need when they run: a no-op build (the common
 # case, budgeted well under a second) pays only for computing the input hash and one lookup.
-
-LABEL_PREFIX = "org.opencontainers.image"
-INPUT_LABEL = "io.halo.input-hash"
 
 
 @dataclass(frozen=True)
@@ -47,56 +53,6 @@ class Built:
     image_id: str
     rebuilt: bool
     seconds: float
-
-
-def build_args(catalog: Catalog, image: Image, repo: Path) -> dict[str, str]:
-    """The Dockerfile's build arguments; the plan prints the same."""
-    base = catalog.bases[image.base]
-    return {
-        "BASE": base_ref(base, repo),
-        "PYTHON": base.python,
-        "SOURCE_DATE_EPOCH": str(source_date_epoch()),
-        **dict(image.args),
-    }
-
-
-def resolve_inputs(repo: Path, catalog: Catalog, image: Image, docker: Docker | None) -> Inputs:
-    base = catalog.bases[image.base]
-    builder = catalog.bases[image.builder] if image.builder else None
-    inputs = image_inputs(
-        repo,
-        image,
-        base_state(base, repo, docker),
-        recipe_hash(base, repo),
-        base_state(builder, repo, docker) if builder else None,
-        recipe_hash(builder, repo) if builder else None,
-        build_args={
-            "PYTHON": base.python,
-            "CUDA_ARCH": ";".join(image.cuda_arch),
-            "SOURCE_DATE_EPOCH": str(source_date_epoch()),
-            **dict(image.args),
-        },
-    )
-    if not image.sources:
-        return inputs
-    # The kernels layer is what its derivations made: their hashes (toolchain included).
-    from halo.images.derivations import derivation_hash, image_derivations
-
-    drvs = image_derivations(repo, catalog, image, docker)
-    return Inputs({**inputs.parts, "derivations": {d.name: derivation_hash(d, repo) for d in drvs}})
-
-
-def labels(image: Image, inputs: Inputs) -> dict[str, str]:
-    """The OCI labels baked into the image config: only what the inputs determine.
-
-    Labels are part of the image ID. Where the source came from (revision, repository URL: per
-    commit, per clone) is an annotation on the manifest at push time (halo.images.provenance).
-    """
-    return {
-        f"{LABEL_PREFIX}.title": image.moving_ref,
-        f"{LABEL_PREFIX}.version": __version__,
-        INPUT_LABEL: inputs.hash,
-    }
 
 
 def up_to_date(docker: Docker, image: Image, inputs: Inputs) -> str | None:
@@ -111,20 +67,19 @@ def up_to_date(docker: Docker, image: Image, inputs: Inputs) -> str | None:
     return found[0]
 
 
-def current_image(repo: Path, catalog: Catalog, image: Image, docker: Docker) -> tuple[Inputs, str]:
-    """(inputs, image ID) of the image the checkout builds now; refuses a stale or missing one.
+def require_current(docker: Docker, image: Image, inputs: Inputs) -> str:
+    """The ID of the image the checkout builds now; refuses a stale or missing one.
 
     What a push publishes is decided by the input hash recomputed from the files, never by a
     label read back from an image.
     """
-    inputs = resolve_inputs(repo, catalog, image, docker)
     image_id = up_to_date(docker, image, inputs)
     if image_id is None:
         raise HaloError(
             f"{image.immutable_ref(inputs.hash)}: not built from this checkout's inputs; "
             f"run `halo image build {image.name}`"
         )
-    return inputs, image_id
+    return image_id
 
 
 def rehash_for_push(repo: Path, image: Image) -> None:
@@ -153,50 +108,70 @@ def _exclusive(path: Path) -> Iterator[None]:
         yield
 
 
-def fetch_phase(
-    repo: Path, catalog: Catalog, image: Image, store: Store, docker: Docker
-) -> tuple[Lock, list[tuple[Path, str]]]:
-    """Everything that may use the network: the base, the lock's artifacts, the derivations."""
-    from halo.images.derivations import BUILDER_VAR
+def load_checked_lock(repo: Path, image: Image) -> Lock:
+    """The image's lock, parsed once per build, before anything is fetched."""
     from halo.pins.lockfile import load_lock
+
+    lock = load_lock(lock_path(repo / "pins", image.pins))
+    if time.time() < source_date_epoch():
+        raise HaloError(
+            f"SOURCE_DATE_EPOCH={source_date_epoch()} is in the future of this machine's clock; "
+            "reproducible layers need it in the past"
+        )
+    return lock
+
+
+def make_bases(
+    repo: Path, catalog: Catalog, image: Image, docker: Docker, states: dict[str, BaseState]
+) -> dict[str, BaseState]:
+    """The fetch phase of the OS layer, before the plan: a made base enters the input hash by
+    its image ID, so the hash is computed once, after the bases exist."""
+    made = dict(states)
+    for base in wanted_bases(catalog, image):
+        if not made[base.name].image_id:
+            made[base.name] = make_base(base, repo, docker, cache_home() / "work")
+    return made
+
+
+def fetch(lock: Lock, store: Store) -> None:
+    """The lock's artifacts into the store: the only step of a build that uses the index."""
     from halo.sources import index_urls, substitute_dirs
     from halo.store.fetch import fetch_lock, summary
     from halo.store.index import IndexClient
 
-    work = cache_home() / "work"
-    make_base(catalog.bases[image.base], repo, docker, work)
-    if image.builder and os.environ.get(BUILDER_VAR) == "docker":
-        # Derivations compile natively (network-less namespaces) unless Docker is asked for.
-        make_base(catalog.bases[image.builder], repo, docker, work)
-    lock = load_lock(lock_path(repo / "pins", image.pins))
     print(summary(lock.set, fetch_lock(lock, store, IndexClient(index_urls()), substitute_dirs())))
-    return lock, build_derivations(repo, catalog, image, store, docker)
 
 
-def raw_build(
-    repo: Path,
-    catalog: Catalog,
-    image: Image,
-    store: Store,
-    docker: Docker,
-    inputs: Inputs,
-    lock: Lock,
-    kernel_wheels: list[tuple[Path, str]],
-    no_cache: bool,
-) -> str:
-    """Stage the context and run the offline build; returns BuildKit's (untagged) image ID."""
+def realise_derivations(
+    repo: Path, store: Store, docker: Docker, drvs: tuple[Derivation, ...]
+) -> list[tuple[Path, str]]:
+    """The plan's source derivations: (wheel, sha256) for the kernels layer."""
+    if not drvs:
+        return []
+    from halo.cache.config import configured_cache
+    from halo.images.derivations import realise, realiser
+
+    r = realiser(repo, store, docker, configured_cache())
+    return [(x.wheel, x.sha256) for x in (realise(d, r) for d in drvs)]
+
+
+def realise_plan(repo: Path, plan: BuildPlan, store: Store, docker: Docker) -> str:
+    """Fetch, realise the derivations, stage the context and run exactly the plan's build
+    command; returns BuildKit's (untagged) image ID."""
     from halo.images.context import stage_context
 
-    immutable = image.immutable_ref(inputs.hash)
+    image, lock = plan.evaluation.image, plan.lock_data
+    fetch(lock, store)
+    kernel_wheels = realise_derivations(repo, store, docker, plan.evaluation.derivations)
     build_inputs = {
-        "image": image.name,
-        "image_ref": immutable,
-        "input_hash": inputs.hash,
-        "inputs": inputs.parts,
-        "base_ref": base_ref(catalog.bases[image.base], repo),
+        "image": plan.image,
+        "image_ref": plan.immutable_ref,
+        "input_hash": plan.input_hash,
+        "inputs": plan.inputs,
+        "base_ref": plan.runtime.ref,
         "halo_version": __version__,
     }
-    ctx = cache_home() / "contexts" / image.name
+    ctx, iid = Path(plan.context), Path(plan.iidfile)
     with _exclusive(ctx.with_name(f".{image.name}.lock")):
         say(
             f"build {image.moving_ref}: staging context (verifying {len(lock.artifacts)} artifacts)"
@@ -213,15 +188,13 @@ def raw_build(
         )
         say(f"build {image.moving_ref}: context {ctx} ({len(changed)} paths changed)")
         say(f"build {image.moving_ref}: docker build --network none ({image.dockerfile})")
-        return docker.build(
-            context=ctx,
-            dockerfile=repo / image.dockerfile,
-            tags=[],
-            build_args=build_args(catalog, image, repo),
-            labels=labels(image, inputs),
-            network="none",
-            no_cache=no_cache,  # from scratch: otherwise it would only replay the cache
-        )
+        iid.unlink(missing_ok=True)
+        cmd = plan.command
+        run_build(cmd.argv, cmd.env, cmd.cwd, Path(image.dockerfile).name)
+        try:
+            return iid.read_text().strip()
+        except OSError as exc:
+            raise os_error(exc, iid, "read the built image's ID") from None
 
 
 @dataclass(frozen=True)
@@ -266,32 +239,28 @@ def build_image(
 ) -> Built:
     start = time.monotonic()
     docker = Docker.discover()
+    states = base_states(repo, catalog, image, docker)
+    lock = None
+    if any(not states[b.name].image_id for b in wanted_bases(catalog, image)):
+        docker.ping()
+        lock = load_checked_lock(repo, image)  # a broken lock fails before anything is fetched
+        states = make_bases(repo, catalog, image, docker, states)
     # A missing lock fails here (its bytes are an input); a broken one before anything is
     # fetched. An image built from these same bytes (and this same halo) parsed them already.
-    inputs = resolve_inputs(repo, catalog, image, docker)
-    existing = None if force else up_to_date(docker, image, inputs)
+    ev = evaluate(repo, catalog, image, docker, states)
+    existing = None if force else up_to_date(docker, image, ev.inputs)
     if existing:
         if docker.image_id(image.moving_ref) != existing:
-            docker.tag(image.immutable_ref(inputs.hash), image.moving_ref)
-        return Built(image, inputs, existing, rebuilt=False, seconds=time.monotonic() - start)
+            docker.tag(image.immutable_ref(ev.inputs.hash), image.moving_ref)
+        return Built(image, ev.inputs, existing, rebuilt=False, seconds=time.monotonic() - start)
     docker.ping()  # not on the no-op path: the lookups above would have failed already
-    from halo.pins.lockfile import load_lock
-
-    load_lock(lock_path(repo / "pins", image.pins))
-    if time.time() < source_date_epoch():
-        raise HaloError(
-            f"SOURCE_DATE_EPOCH={source_date_epoch()} is in the future of this machine's clock; "
-            "reproducible layers need it in the past"
-        )
-
-    lock, kernel_wheels = fetch_phase(repo, catalog, image, store, docker)
-    inputs = resolve_inputs(repo, catalog, image, docker)  # the base may have just been made
-    raw_id = raw_build(repo, catalog, image, store, docker, inputs, lock, kernel_wheels, force)
-    base = base_ref(catalog.bases[image.base], repo)
-    norm = normalize_image(docker, raw_id, repo / image.dockerfile, base)
-    load_normalized(docker, norm, [image.immutable_ref(inputs.hash), image.moving_ref])
+    lock = lock or load_checked_lock(repo, image)
+    plan = make_plan(repo, catalog, ev, lock, store, docker.builder, no_cache=force)
+    raw_id = realise_plan(repo, plan, store, docker)
+    norm = normalize_image(docker, raw_id, repo / image.dockerfile, plan.runtime.ref)
+    load_normalized(docker, norm, [plan.immutable_ref, plan.moving_ref])
     say(f"build {image.moving_ref}: {norm.image_id[:19]} (build times set to SOURCE_DATE_EPOCH)")
-    return Built(image, inputs, norm.image_id, rebuilt=True, seconds=time.monotonic() - start)
+    return Built(image, ev.inputs, norm.image_id, rebuilt=True, seconds=time.monotonic() - start)
 
 
 @dataclass(frozen=True)
@@ -313,28 +282,18 @@ def verify_image(repo: Path, catalog: Catalog, image: Image, store: Store) -> Ve
     """
     docker = Docker.discover()
     docker.ping()
-    inputs, expected = current_image(repo, catalog, image, docker)
-    lock, kernel_wheels = fetch_phase(repo, catalog, image, store, docker)
-    raw_id = raw_build(repo, catalog, image, store, docker, inputs, lock, kernel_wheels, True)
-    norm = normalize_image(
-        docker, raw_id, repo / image.dockerfile, base_ref(catalog.bases[image.base], repo)
-    )
+    ev = evaluate(repo, catalog, image, docker)
+    expected = require_current(docker, image, ev.inputs)
+    lock = load_checked_lock(repo, image)
+    plan = make_plan(repo, catalog, ev, lock, store, docker.builder, no_cache=True)
+    raw_id = realise_plan(repo, plan, store, docker)
+    norm = normalize_image(docker, raw_id, repo / image.dockerfile, plan.runtime.ref)
     if raw_id != expected:
         docker.remove(raw_id)
     ours = docker.layers(expected)
     n = max(len(ours), len(norm.layers))
     differ = [i for i in range(n) if ours[i : i + 1] != norm.layers[i : i + 1]]
     return Verified(image, expected, norm.image_id, differ)
-
-
-def build_derivations(
-    repo: Path, catalog: Catalog, image: Image, store: Store, docker: Docker
-) -> list[tuple[Path, str]]:
-    if not image.sources:
-        return []
-    from halo.images.derivations import build_sources
-
-    return build_sources(repo, catalog, image, store, docker)
 
 
 def report(built: list[Built], docker: Docker) -> str:

@@ -38,6 +38,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = isub.add_parser("plan", help="print what a build would do, without Docker")
     p.add_argument("names", nargs="*", metavar="NAME")
     p.add_argument("--all", action="store_true", help="every image in the catalog")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the plans as a JSON list: what `halo image build` runs, as data",
+    )
     p.set_defaults(func=_plan)
 
     p = isub.add_parser(
@@ -151,19 +156,25 @@ def _kernels(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    import json
+
     from halo.images.catalog import load_catalog
-    from halo.images.plan import local_docker, render_plan
+    from halo.images.plan import image_plan, local_docker, render_plan
     from halo.paths import find_repo, store_root
     from halo.store.store import Store
 
     repo = find_repo()
     catalog = load_catalog(repo)
     docker = local_docker()
+    store = Store(store_root())
     plans = [
-        render_plan(repo, catalog, image, Store(store_root()), docker)
+        image_plan(repo, catalog, image, store, docker)
         for image in _selected(catalog, args.names, args.all)
     ]
-    print("\n\n".join(plans))
+    if args.json:
+        print(json.dumps([p.to_dict() for p in plans], indent=2))
+    else:
+        print("\n\n".join(render_plan(repo, catalog, p, store, docker) for p in plans))
     return 0
 
 

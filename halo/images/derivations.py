@@ -380,14 +380,3 @@ def realiser(repo: Path, store: Store, docker: Docker | None, cache: Cache | Non
         substitutes=tuple(substitute_dirs()),
         keep_log=cache_home() / "logs",
     )
-
-
-def build_sources(
-    repo: Path, catalog: Catalog, image: Image, store: Store, docker: Docker | None
-) -> list[tuple[Path, str]]:
-    """Realise every source pin of an image; returns (wheel, sha256) for the kernels layer."""
-    from halo.cache.config import configured_cache
-
-    r = realiser(repo, store, docker, configured_cache())
-    realised = [realise(d, r) for d in image_derivations(repo, catalog, image, docker)]
-    return [(x.wheel, x.sha256) for x in realised]

@@ -240,15 +240,9 @@ class Docker:
                 network,
                 iidfile,
                 output,
+                no_cache=no_cache,
             )
-            if no_cache:
-                argv.insert(len(self.builder.argv(load=output is None)), "--no-cache")
-            env = {**os.environ, "DOCKER_BUILDKIT": "1"}
-            proc = subprocess.run(argv, env=env, check=False)
-            if proc.returncode != 0:
-                raise HaloError(
-                    f"docker build ({dockerfile.name}): failed with exit {proc.returncode}; see the build log above"
-                )
+            run_build(argv, {"DOCKER_BUILDKIT": "1"}, None, dockerfile.name)
             return "" if output else iidfile.read_text().strip()
 
     def pull(self, ref: str) -> None:
@@ -269,8 +263,10 @@ def build_argv(
     network: str,
     iidfile: Path,
     output: Path | None = None,
+    no_cache: bool = False,
 ) -> list[str]:
-    argv = [*builder.argv(load=output is None), "--progress", "plain", "--network", network]
+    argv = builder.argv(load=output is None) + (["--no-cache"] if no_cache else [])
+    argv += ["--progress", "plain", "--network", network]
     argv += ["--output", f"type=local,dest={output}"] if output else ["--iidfile", str(iidfile)]
     argv += ["-f", str(dockerfile)]
     for k, v in sorted(build_args.items()):
@@ -280,3 +276,17 @@ def build_argv(
     for t in tags:
         argv += ["-t", t]
     return [*argv, str(context)]
+
+
+def run_build(argv: Sequence[str], env: Mapping[str, str], cwd: str | None, what: str) -> None:
+    """Run one build command (its log streamed to the terminal), exactly as given."""
+    try:
+        proc = subprocess.run(list(argv), env={**os.environ, **env}, cwd=cwd, check=False)
+    except FileNotFoundError:
+        raise HaloError(
+            f"{argv[0]}: not found; install Docker (docker.io) and start dockerd"
+        ) from None
+    if proc.returncode != 0:
+        raise HaloError(
+            f"docker build ({what}): failed with exit {proc.returncode}; see the build log above"
+        )

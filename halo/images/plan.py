@@ -1,23 +1,27 @@
-"""`halo image plan`: what a build would do, computed without Docker.
+"""`halo image plan`: what a build would do, computed without Docker (used when it answers).
 
-Everything here comes from the same functions the build uses (input hash, lock, derivation
-hashes, the build argv), so the plan cannot drift from the build.
+The plan is the build's own (halo.images.buildplan): `--json` prints it, the text below is
+rendered from it, and `halo image build` runs exactly its command.
 """
 
 from __future__ import annotations
 
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from halo.errors import HaloError
-from halo.images.base import base_ref
-from halo.images.build import build_args, labels, resolve_inputs
+from halo.images.buildplan import BuildPlan, evaluate, make_plan
 from halo.images.catalog import Catalog, Image
-from halo.images.docker import Builder, Docker, build_argv
-from halo.pins.lockfile import Artifact, Lock, load_lock, lock_name, lock_path
+from halo.images.docker import Builder, Docker
+from halo.pins.lockfile import Artifact, Lock, load_lock, lock_path
 from halo.report import human_bytes, table
 from halo.store.store import Store
+
+if TYPE_CHECKING:
+    from halo.images.derivations import Derivation
 
 # Wheels are zips: CUDA libraries and torch unpack to about twice their download size. Used
 # only for artifacts not in the store yet; stored ones are measured from their zip directory.
@@ -26,7 +30,7 @@ BASE_ESTIMATE = {"mmdebstrap": 110 << 20, "dockerfile": 330 << 20, "registry": 3
 
 
 @dataclass(frozen=True)
-class ArtifactPlan:
+class ArtifactSize:
     package: str
     version: str
     artifact: Artifact
@@ -43,24 +47,30 @@ def installed_size(store: Store, art: Artifact) -> tuple[int, bool]:
     return int((art.size or 0) * UNPACK_FACTOR), False
 
 
-def artifact_plans(lock: Lock, store: Store) -> list[ArtifactPlan]:
+def artifact_sizes(lock: Lock, store: Store) -> list[ArtifactSize]:
     out = []
     for pkg in lock.packages:
         for art in pkg.artifacts:
             size, exact = installed_size(store, art)
-            out.append(ArtifactPlan(pkg.name, pkg.version, art, store.has(art.sha256), size, exact))
+            out.append(ArtifactSize(pkg.name, pkg.version, art, store.has(art.sha256), size, exact))
     return sorted(out, key=lambda a: -a.installed_bytes)
 
 
 def derivation_rows(
-    repo: Path, catalog: Catalog, image: Image, store: Store, docker: Docker | None
+    repo: Path,
+    catalog: Catalog,
+    image: Image,
+    store: Store,
+    docker: Docker | None,
+    drvs: Sequence[Derivation] | None = None,
 ) -> list[tuple[str, ...]]:
     """Per source derivation: where its wheel is (store, cache) or what compiling it costs here."""
     from halo.cache.config import configured_cache
     from halo.images.derivations import derivation_hash, image_derivations
     from halo.images.estimate import CacheProbe, compile_estimate, where
 
-    drvs = image_derivations(repo, catalog, image, docker)
+    if drvs is None:
+        drvs = image_derivations(repo, catalog, image, docker)
     cache = CacheProbe(configured_cache() if drvs else None)
     rows = []
     for drv in drvs:
@@ -89,52 +99,53 @@ def local_docker() -> Docker | None:
     return docker
 
 
-def render_plan(
+def image_plan(
     repo: Path, catalog: Catalog, image: Image, store: Store, docker: Docker | None
-) -> str:
-    inputs = resolve_inputs(repo, catalog, image, docker)
+) -> BuildPlan:
+    """The plan `halo image build` would make and run here (the engine's builder when it
+    answers; else the built-in BuildKit's `docker build`)."""
+    ev = evaluate(repo, catalog, image, docker)
     lock = load_lock(lock_path(repo / "pins", image.pins))
+    builder = docker.builder if docker else Builder("docker", buildx=False)
+    return make_plan(repo, catalog, ev, lock, store, builder)
+
+
+def render_plan(
+    repo: Path, catalog: Catalog, plan: BuildPlan, store: Store, docker: Docker | None
+) -> str:
+    image = plan.evaluation.image
     base = catalog.bases[image.base]
-    arts = artifact_plans(lock, store)
-    lines = [f"plan {image.name}: {image.moving_ref} + {image.immutable_ref(inputs.hash)}"]
-    pending = str(inputs.parts["base"]).startswith("pending:")
+    arts = artifact_sizes(plan.lock_data, store)
+    lines = [f"plan {plan.image}: {plan.moving_ref} + {plan.immutable_ref}"]
     lines.append(
-        f"input hash: {inputs.hash}"
+        f"input hash: {plan.input_hash}"
         + (
             "  (provisional: base not made here; its digest replaces the recipe hash once made)"
-            if pending
+            if plan.provisional
             else ""
         )
     )
     lines.append(
-        table(("input", "value"), [(k, _short(v)) for k, v in sorted(inputs.parts.items())])
+        table(("input", "value"), [(k, _short(v)) for k, v in sorted(plan.inputs.items())])
     )
 
     lines.append("\nstages:")
-    stage_rows = []
-    if image.builder or image.sources:
-        b = catalog.bases[image.builder or image.base]
-        stage_rows.append(
-            ("builder", b.name, base_ref(b, repo), f"{b.recipe} from {b.from_ref or b.suite}")
-        )
-    stage_rows.append(
-        (
-            "runtime",
-            base.name,
-            base_ref(base, repo),
-            f"{base.recipe} from {base.from_ref or base.suite}",
+    lines.append(
+        table(
+            ("stage", "base", "ref", "recipe"),
+            [(s.stage, s.base, s.ref, s.recipe) for s in plan.stages],
         )
     )
-    lines.append(table(("stage", "base", "ref", "recipe"), stage_rows))
 
-    drv_rows = derivation_rows(repo, catalog, image, store, docker)
+    drvs = plan.evaluation.derivations
+    drv_rows = derivation_rows(repo, catalog, image, store, docker, drvs) if drvs else []
     if drv_rows:
         lines.append("\nsource derivations (compiled offline, once per input hash; HALO_BUILDER):")
         lines.append(table(("source", "commit", "cuda arch", "derivation", "wheel"), drv_rows))
 
-    have = sum(a.in_store for a in arts)
+    have = sum(a.in_store for a in plan.artifacts)
     lines.append(
-        f"\nartifacts: {len(arts)} from pins/{lock_name(image.pins)}, {have} in the store ({store.root})"
+        f"\nartifacts: {len(plan.artifacts)} from {plan.lock}, {have} in the store ({store.root})"
     )
     lines.append(
         table(
@@ -173,18 +184,8 @@ def render_plan(
     biggest = ", ".join(f"{a.package} {human_bytes(a.installed_bytes)}" for a in arts[:5])
     lines.append(f"dominated by: {biggest}")
 
-    argv = build_argv(
-        Builder("docker", buildx=False),
-        Path("<context>"),
-        repo.joinpath(image.dockerfile).relative_to(repo),
-        [image.immutable_ref(inputs.hash), image.moving_ref],
-        build_args(catalog, image, repo),
-        labels(image, inputs),
-        "none",
-        Path("<context>/.iid"),
-    )
-    lines.append("\nbuild command (after fetch; BuildKit, offline):")
-    lines.append("  DOCKER_BUILDKIT=1 " + " ".join(argv))
+    lines.append("\nbuild command (after fetch; BuildKit, offline; in the repository):")
+    lines.append("  " + plan.command.shell())
     return "\n".join(lines)
 
 

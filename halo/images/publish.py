@@ -233,7 +233,7 @@ def local_image_for_inputs(repo: Path, image: Image) -> tuple[str, str]:
     The input hash is recomputed here; the image must carry it in its label too, or it is
     not what halo built for these inputs.
     """
-    from halo.images.build import resolve_inputs
+    from halo.images.buildplan import resolve_inputs
     from halo.images.catalog import load_catalog
     from halo.images.docker import Docker
 

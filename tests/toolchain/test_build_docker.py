@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -87,7 +88,8 @@ def test_second_build_is_a_no_op(cpu_built: str) -> None:
 
 def test_a_tag_alone_does_not_make_a_no_op(cpu_built: str, test_repo: Path, docker: Docker) -> None:
     """The input hash is recomputed and must match the image's own label in full."""
-    from halo.images.build import resolve_inputs, up_to_date
+    from halo.images.build import up_to_date
+    from halo.images.buildplan import resolve_inputs
 
     _touch_halo(test_repo, "tag test")  # inputs of its own, so cpu_built's label differs
     catalog = load_catalog(test_repo)
@@ -287,6 +289,86 @@ def test_plan_predicts_the_built_input_hash(cpu_built: str, docker: Docker) -> N
     line = next(x for x in proc.stdout.splitlines() if x.startswith("input hash: "))
     planned = line.split()[2]
     assert docker.inspect(cpu_built, '{{index .Config.Labels "io.halo.input-hash"}}') == planned
+
+
+SHIM = """#!{python}
+import json, os, sys
+argv = sys.argv
+with open({log!r}, "a") as fh:
+    fh.write(json.dumps({{"argv": argv, "cwd": os.getcwd(),
+                         "env": {{"DOCKER_BUILDKIT": os.environ.get("DOCKER_BUILDKIT")}}}}) + "\\n")
+if argv[1:2] == ["build"] or argv[1:3] == ["buildx", "build"]:
+    sys.exit(97)  # recorded, not run: the comparison is the point, a real build is tested above
+os.execv({real!r}, [{real!r}, *argv[1:]])
+"""
+
+
+class Counted:
+    """Wraps a function and counts its calls (by a predicate on the arguments)."""
+
+    def __init__(self, fn, when=lambda *a, **k: True) -> None:  # type: ignore[no-untyped-def]
+        self.fn, self.when, self.calls = fn, when, 0
+
+    def __call__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.calls += self.when(*args, **kwargs)
+        return self.fn(*args, **kwargs)
+
+
+def _count_evaluation(monkeypatch: pytest.MonkeyPatch, lock_name: str) -> tuple[Counted, Counted]:
+    """(input hash computations, loads of the image's lock) in this process."""
+    import halo.images.buildplan
+    import halo.pins.lockfile
+
+    hashed = Counted(halo.images.buildplan.image_inputs)
+    monkeypatch.setattr(halo.images.buildplan, "image_inputs", hashed)
+    loaded = Counted(halo.pins.lockfile.load_lock, lambda path: Path(path).name == lock_name)
+    monkeypatch.setattr(halo.pins.lockfile, "load_lock", loaded)
+    return hashed, loaded
+
+
+def test_a_no_op_build_plans_once_without_parsing_the_lock(
+    cpu_built: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from halo.images.build import build_image
+
+    hashed, loaded = _count_evaluation(monkeypatch, "pylock.cpu.toml")
+    catalog = load_catalog(REPO)
+    built = build_image(REPO, catalog, catalog.image("cpu"), Store(store_root()))
+    assert not built.rebuilt and f"halo:{built.image.name}-{built.inputs.hash[:12]}" == cpu_built
+    assert (hashed.calls, loaded.calls) == (1, 0)
+
+
+def test_the_build_runs_the_plans_command_verbatim_and_hashes_its_inputs_once(
+    test_repo: Path, docker: Docker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recording `docker` (HALO_DOCKER) logs every call; its build is the plan's, verbatim."""
+    from halo.errors import HaloError
+    from halo.images.build import build_image
+
+    log, shim = tmp_path / "docker.log", tmp_path / "bin" / "docker"
+    shim.parent.mkdir()
+    real = docker.builder.exe
+    shim.write_text(SHIM.format(python=sys.executable, log=str(log), real=real))
+    shim.chmod(0o755)
+    monkeypatch.setenv("HALO_DOCKER", str(shim))
+    _touch_halo(test_repo, "plan test")  # inputs of its own: not up to date, so it builds
+
+    proc = halo("image", "plan", "cpu", "--json", cwd=test_repo)
+    assert proc.returncode == 0, proc.stderr
+    (plan,) = json.loads(proc.stdout)
+    log.unlink()
+
+    hashed, loaded = _count_evaluation(monkeypatch, "pylock.cpu.toml")
+    catalog = load_catalog(test_repo)
+    with pytest.raises(HaloError, match=r"failed with exit 97"):
+        build_image(test_repo, catalog, catalog.image("cpu"), Store(store_root()))
+    calls = [json.loads(x) for x in log.read_text().splitlines()]
+    builds = [c for c in calls if "build" in c["argv"][1:3]]
+    assert builds == [
+        {"argv": plan["command"]["argv"], **{k: plan["command"][k] for k in ("cwd", "env")}}
+    ]
+    assert plan["command"]["argv"][0] == str(shim)
+    assert (hashed.calls, loaded.calls) == (1, 1), "one evaluation, one parse of the lock"
 
 
 class DiskWatch:

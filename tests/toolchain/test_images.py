@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
 import pytest
-from support import halo, tree_listing
+from support import REPO, halo, tree_listing
 
 from halo.errors import HaloError
 from halo.images.base import BaseState
-from halo.images.build import resolve_inputs
+from halo.images.buildplan import resolve_inputs
 from halo.images.catalog import load_catalog, parse_catalog
 from halo.images.wheel import build_wheel
 
@@ -354,6 +355,44 @@ def test_plan_for_each_gpu_image(name: str, repo_copy: Path, isolated_env: dict[
     assert "torch " in out or "torch  " in out
     again = halo("image", "plan", name, cwd=repo_copy, env=isolated_env)
     assert again.stdout == out, "a plan is a pure function of the checkout"
+
+
+def test_plan_json_is_the_build_as_data(isolated_env: dict[str, str]) -> None:
+    """`halo image plan --json`: inputs and their hash, stages, artifacts equal to the lock's,
+    the context and the exact build command; the text plan says the same hash and command."""
+    from halo.hashing import sha256_json
+    from halo.images.plan import local_docker
+    from halo.pins.lockfile import load_lock, lock_path
+
+    proc = halo("image", "plan", "cpu", "--json", cwd=REPO, env=isolated_env)
+    assert proc.returncode == 0, proc.stderr
+    (plan,) = json.loads(proc.stdout)
+    assert plan["image"] == "cpu"
+    catalog = load_catalog(REPO)
+    here = resolve_inputs(REPO, catalog, catalog.image("cpu"), local_docker())
+    assert plan["input_hash"] == here.hash == sha256_json(plan["inputs"])
+    assert plan["immutable_ref"].endswith("-" + plan["input_hash"][:12])
+    assert [s["stage"] for s in plan["stages"]] == ["runtime"]
+    assert plan["derivations"] == []
+    lock = load_lock(lock_path(REPO / "pins", "cpu"))
+    assert plan["lock"] == "pins/pylock.cpu.toml"
+    assert {(a["file"], a["sha256"], a["size"]) for a in plan["artifacts"]} == {
+        (a.file, a.sha256, a.size) for a in lock.artifacts
+    }
+    assert not any(a["in_store"] for a in plan["artifacts"]), "an empty store has none"
+    cmd = plan["command"]
+    argv = cmd["argv"]
+    assert cmd["env"] == {"DOCKER_BUILDKIT": "1"} and cmd["cwd"] == str(REPO)
+    assert argv[argv.index("--network") + 1] == "none"
+    assert argv[argv.index("-f") + 1] == "images/training/Dockerfile"
+    assert argv[argv.index("--iidfile") + 1] == plan["iidfile"]
+    assert argv[-1] == plan["context"] != plan["iidfile"]
+    assert Path(plan["context"]).is_relative_to(isolated_env["XDG_CACHE_HOME"])
+    assert f"io.halo.input-hash={plan['input_hash']}" in argv
+    assert "-t" not in argv, "the raw build is untagged; the normalised image gets the tags"
+    text = halo("image", "plan", "cpu", cwd=REPO, env=isolated_env).stdout
+    assert f"input hash: {plan['input_hash']}\n" in text
+    assert "  DOCKER_BUILDKIT=1 " + " ".join(argv) + "\n" in text + "\n"
 
 
 def test_manifest_diff_names_added_removed_and_changed_files() -> None:
