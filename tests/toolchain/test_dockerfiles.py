@@ -620,8 +620,8 @@ def _shared_head(path: Path) -> str:
 
 
 def test_training_and_server_dockerfiles_share_their_head_byte_for_byte() -> None:
-    """Up to the kernels step the two files are one text, so BuildKit installs the locked stack
-    once for an image of each on the same lock and base (the server test image reuses it)."""
+    """Up to the kernels step the two files are one text: the locked stack and the kernels are
+    installed the same way in training and server images, and cannot drift apart."""
     training = _shared_head(REPO / "images" / "training" / "Dockerfile")
     server = _shared_head(REPO / "images" / "server" / "Dockerfile")
     assert training == server
