@@ -9,7 +9,15 @@ from pathlib import Path
 
 from halo.pins.inputs import PinInputs, SetInputs, load_inputs
 from halo.pins.lockfile import Lock, load_lock, lock_name, lock_path, parse_lock, render_lock
-from halo.pins.resolve import Resolver, build_lock, file_size, lock_header
+from halo.pins.resolve import (
+    NO_UPGRADE,
+    Resolver,
+    Upgrade,
+    build_lock,
+    file_size,
+    lock_header,
+    preferences,
+)
 from halo.pins.source_pins import SourcePin, load_source_pins
 
 
@@ -33,29 +41,44 @@ def load_all(pins_dir: Path) -> PinState:
     return PinState(inputs=inputs, locks=locks, sources=load_source_pins(pins_dir))
 
 
-def render(inputs: SetInputs, pins_dir: Path, resolver: Resolver) -> str:
-    lock = build_lock(inputs, resolver.resolve(inputs, pins_dir), file_size)
+def committed_lock(pins_dir: Path, name: str) -> Lock | None:
+    """The set's committed lock, the re-resolution's preferences; None before the first lock."""
+    path = lock_path(pins_dir, name)
+    return load_lock(path) if path.is_file() else None
+
+
+def render(
+    inputs: SetInputs, pins_dir: Path, resolver: Resolver, upgrade: Upgrade = NO_UPGRADE
+) -> str:
+    # --upgrade takes nothing from the committed lock, not even its files.
+    previous = None if upgrade.all else committed_lock(pins_dir, inputs.name)
+    resolution = resolver.resolve(inputs, pins_dir, preferences(previous, upgrade))
+    lock = build_lock(inputs, resolution, file_size, previous)
     text = render_lock(lock, lock_header(inputs))
     parse_lock(text, f"{lock_name(inputs.name)} (as rendered)")  # never write what we cannot read
     return text
 
 
-def resolve_all(pins_dir: Path, names: list[str], resolver: Resolver) -> dict[str, str]:
+def resolve_all(
+    pins_dir: Path, names: list[str], resolver: Resolver, upgrade: Upgrade = NO_UPGRADE
+) -> dict[str, str]:
     """Rendered locks of the named sets (all by default), resolved in parallel: uv mostly waits."""
     selected = load_inputs(pins_dir).select(names)
     with ThreadPoolExecutor(max_workers=max(1, len(selected))) as pool:
-        texts = list(pool.map(lambda s: render(s, pins_dir, resolver), selected))
+        texts = list(pool.map(lambda s: render(s, pins_dir, resolver, upgrade), selected))
     return {s.name: t for s, t in zip(selected, texts, strict=True)}
 
 
-def write_locks(pins_dir: Path, names: list[str], resolver: Resolver) -> dict[str, bool]:
+def write_locks(
+    pins_dir: Path, names: list[str], resolver: Resolver, upgrade: Upgrade = NO_UPGRADE
+) -> dict[str, bool]:
     """Resolve every named set first, then write: a failure leaves every lock untouched.
 
     Returns {set: whether its lock changed}.
     """
     from halo.atomic import write_text
 
-    texts = resolve_all(pins_dir, names, resolver)
+    texts = resolve_all(pins_dir, names, resolver, upgrade)
     changed = {}
     for name, text in texts.items():
         path = lock_path(pins_dir, name)
@@ -66,10 +89,16 @@ def write_locks(pins_dir: Path, names: list[str], resolver: Resolver) -> dict[st
     return changed
 
 
-def check_locks(pins_dir: Path, names: list[str], resolver: Resolver) -> dict[str, str]:
-    """{set: unified diff} for every named set whose committed lock differs from a re-lock."""
+def check_locks(
+    pins_dir: Path, names: list[str], resolver: Resolver, upgrade: Upgrade = NO_UPGRADE
+) -> dict[str, str]:
+    """{set: unified diff} for every named set whose committed lock differs from a re-lock.
+
+    The re-lock prefers the committed pins, so only inputs that the lock no longer satisfies
+    (or an upgrade asked for) show as drift, never a newer file on the index.
+    """
     drift = {}
-    for name, text in resolve_all(pins_dir, names, resolver).items():
+    for name, text in resolve_all(pins_dir, names, resolver, upgrade).items():
         path = lock_path(pins_dir, name)
         old = path.read_text() if path.is_file() else ""
         if old != text:

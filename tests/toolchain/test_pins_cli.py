@@ -210,7 +210,7 @@ class FakeResolver:
         self.fail = fail
         self.version = version
 
-    def resolve(self, inputs, pins_dir):  # type: ignore[no-untyped-def]
+    def resolve(self, inputs, pins_dir, prefer=None):  # type: ignore[no-untyped-def]
         if inputs.name == self.fail:
             raise HaloError(f"pins/sets.toml: [set.{inputs.name}]: uv could not resolve it")
         pylock = (
