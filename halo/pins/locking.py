@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from halo.errors import HaloError
 from halo.pins.inputs import PinInputs, SetInputs, load_inputs
 from halo.pins.lockfile import Lock, load_lock, lock_name, lock_path, parse_lock, render_lock
 from halo.pins.resolve import (
@@ -44,14 +45,24 @@ def load_all(pins_dir: Path) -> PinState:
 def committed_lock(pins_dir: Path, name: str) -> Lock | None:
     """The set's committed lock, the re-resolution's preferences; None before the first lock."""
     path = lock_path(pins_dir, name)
-    return load_lock(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        return load_lock(path)
+    except HaloError as exc:
+        raise HaloError(
+            f"{exc.message} (its pins are the re-lock's preferences; "
+            f"`halo pins lock --upgrade {name}` re-resolves without them)"
+        ) from None
 
 
 def render(
-    inputs: SetInputs, pins_dir: Path, resolver: Resolver, upgrade: Upgrade = NO_UPGRADE
+    inputs: SetInputs,
+    pins_dir: Path,
+    resolver: Resolver,
+    upgrade: Upgrade = NO_UPGRADE,
+    previous: Lock | None = None,
 ) -> str:
-    # --upgrade takes nothing from the committed lock, not even its files.
-    previous = None if upgrade.all else committed_lock(pins_dir, inputs.name)
     resolution = resolver.resolve(inputs, pins_dir, preferences(previous, upgrade))
     lock = build_lock(inputs, resolution, file_size, previous)
     text = render_lock(lock, lock_header(inputs))
@@ -64,8 +75,17 @@ def resolve_all(
 ) -> dict[str, str]:
     """Rendered locks of the named sets (all by default), resolved in parallel: uv mostly waits."""
     selected = load_inputs(pins_dir).select(names)
+    # --upgrade takes nothing from the committed locks, not even their files.
+    previous = {s.name: None if upgrade.all else committed_lock(pins_dir, s.name) for s in selected}
+    if unknown := upgrade.unknown(previous.values()):
+        sets = ", ".join(previous)
+        raise HaloError(
+            f"--upgrade-package {unknown[0]}: no package of that name in the locks of {sets}"
+        )
     with ThreadPoolExecutor(max_workers=max(1, len(selected))) as pool:
-        texts = list(pool.map(lambda s: render(s, pins_dir, resolver, upgrade), selected))
+        texts = list(
+            pool.map(lambda s: render(s, pins_dir, resolver, upgrade, previous[s.name]), selected)
+        )
     return {s.name: t for s, t in zip(selected, texts, strict=True)}
 
 

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -54,6 +54,13 @@ class Upgrade:
 
     def allows(self, name: str) -> bool:
         return self.all or normalize(name) in {normalize(p) for p in self.packages}
+
+    def unknown(self, locks: Iterable[Lock | None]) -> list[str]:
+        """Pure: the named packages that none of these locks holds (a typo moves nothing)."""
+        if self.all:
+            return []
+        held = {normalize(p.name) for lock in locks if lock for p in lock.packages}
+        return sorted(name for name in self.packages if normalize(name) not in held)
 
     def uv_args(self) -> list[str]:
         # uv's own flags too: they also refresh its cached index pages for what may move.

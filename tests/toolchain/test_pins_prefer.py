@@ -175,3 +175,26 @@ def test_preferences_are_the_lock_minus_what_may_move() -> None:
 def test_the_file_list_run_is_pinned_to_the_first_resolution() -> None:
     annotated = "jinja2==3.1.6\n    # via torch\ntorch==2.11.0+local\n    # via\n    #   -r x.in\n"
     assert exact_pins(annotated) == "jinja2==3.1.6\ntorch==2.11.0+local\n"
+
+
+def test_an_upgrade_of_a_package_no_lock_holds_is_refused() -> None:
+    locks = [_lock(("numpy", "1.26.4")), None]
+    assert Upgrade(packages=frozenset({"NumPy", "nmupy"})).unknown(locks) == ["nmupy"]
+    assert Upgrade(all=True, packages=frozenset({"nmupy"})).unknown(locks) == []
+
+
+def test_lock_cli_refuses_bad_upgrade_and_broken_preferences(repo_copy: Path) -> None:
+    """One line, exit 2, nothing written: before uv is asked anything."""
+    env = {"HALO_REPO": str(repo_copy)}
+    proc = halo("pins", "lock", "--upgrade-package", "nmupy", "cpu", cwd=repo_copy, env=env)
+    assert proc.returncode == 2 and proc.stderr == (
+        "halo: error: --upgrade-package nmupy: no package of that name in the locks of cpu\n"
+    )
+    lock = repo_copy / "pins" / "pylock.cpu.toml"
+    lock.write_text(lock.read_text().replace("[[packages]]", "[[packages]", 1))
+    broken = lock.read_bytes()
+    proc = halo("pins", "lock", "cpu", cwd=repo_copy, env=env)
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
+    assert "pylock.cpu.toml: not valid TOML" in proc.stderr
+    assert "`halo pins lock --upgrade cpu` re-resolves without them" in proc.stderr
+    assert lock.read_bytes() == broken
