@@ -32,17 +32,18 @@ def name_problem(name: str) -> str | None:
     return None
 
 
-def inside(folder: Path, name: str, what: str) -> Path:
-    """``folder / name``, or a HaloError when ``name`` would leave ``folder``.
+def inside(folder: Path, name: str, what: str, under: str = "") -> Path:
+    """``folder / under / name``, or a HaloError when ``name`` would leave ``folder``.
 
     ``what`` says where the name came from (``FILE: KEY``); the error line starts with it.
+    ``under`` is a trusted subfolder of ours (a snapshot in a cache) the name is relative to.
     Symlinks already on disk are followed, so a link inside ``folder`` pointing out of it is
     caught; the last component may be a link into ``folder`` (the HF cache's snapshots are).
     """
     why = name_problem(name)
     if why is not None:
         raise HaloError(f"{what}: {name!r}: {why}; refused (a name must stay inside {folder})")
-    path = folder / name
+    path = folder / under / name if under else folder / name
     base = folder.resolve()
     real = path.resolve()
     if real != base and base not in real.parents:

@@ -97,9 +97,7 @@ def _planned(spec: SeedList, list_path: Path, cache: Path) -> list[list[tuple[st
         snap = snapshot(cache, entry).relative_to(cache).as_posix()
         # Confined to the cache, not the snapshot: Hugging Face's own snapshots hold links
         # into the cache's blobs/, and a file already placed may be one.
-        out.append(
-            [(n, d, inside(cache, f"{snap}/{n}", where)) for n, d in sorted(entry.files.items())]
-        )
+        out.append([(n, d, inside(cache, n, where, snap)) for n, d in sorted(entry.files.items())])
     return out
 
 
