@@ -41,7 +41,10 @@ def _index_url(var: str, url: str) -> str:
     """
     from halo.urls import redact_url, split_userinfo
 
-    bare, _ = split_userinfo(url)
+    try:
+        bare, _ = split_userinfo(url)
+    except HaloError as exc:
+        raise HaloError(f"${var}: {exc.message}") from None
     parts = urllib.parse.urlsplit(bare)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise HaloError(f"${var}: {redact_url(url)!r}: expected an http(s) URL of a package index")
