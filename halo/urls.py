@@ -45,6 +45,14 @@ def redact_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"]+")
+
+
+def redact_text(text: str) -> str:
+    """``text`` (a command line, a message) with every URL in it redacted."""
+    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)) or "<URL>", text)
+
+
 @dataclass(frozen=True)
 class Credentials:
     username: str

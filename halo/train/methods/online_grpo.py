@@ -83,6 +83,14 @@ def server_url(cfg: Config) -> str:
     return url.rstrip("/")
 
 
+def describe(cfg: Config, tok: ChatTokenizer) -> list[str]:
+    """What --dry-run shows: each source's first prompt as the server will be sent it."""
+    return [
+        f"online-grpo: prompt 1 of {src.path.name}: {tok.text(p.messages, gen=True)!r}"
+        for src, p in data.first_examples(cfg.data, parse)
+    ]
+
+
 @dataclass
 class Rollouts:
     """The rollout server as the loop uses it: sample, evaluate, push, check."""
