@@ -4,7 +4,8 @@ Removed: the checkout's tool caches (`__pycache__`, `.pytest_cache`, `.ruff_cach
 `dist/`, `*.egg-info`) and, under $HALO_SCRATCH, what tiers and tests leave (`reports/`,
 `tmp/`, `home/`, `export/`). Kept, always: every checkpoint inside those, recognised by what
 it is, not by where it lies (a folder holding a trainer's checkpoint record, `meta.json`; one
-being written or set aside, named as the trainer names them; a folder named `checkpoints`),
+being written or set aside, named as the trainer names them; a job folder a run holds the
+lock of; a folder named `checkpoints`),
 with the folders above it; the seeded Hugging Face cache (`hf/`), `runs/`, and the nox
 environments (`.nox/`: slow to rebuild; delete it by hand if you mean to). The dry run lists
 exactly what a run removes and what it keeps.
@@ -27,6 +28,9 @@ _SKIP_WALK = {".git", ".nox", ".venv", "runs", "node_modules"}
 # written into (``.r1_epoch_0_step_5.<random>.tmp``, no record yet), one set aside (``.bad``).
 _CHECKPOINT_NAME = re.compile(r"\.?r\d+_epoch_\d+_step_\d+(\..+)?")
 RECORD = "meta.json"
+# A job folder a run is using holds the run's lock (halo.train.joblock.LOCK_NAME): all of it
+# stays, the checkpoint being written and the lock included.
+JOB_LOCK = ".halo-run.lock"
 
 
 def has_checkpoint_record(folder: Path) -> bool:
@@ -43,9 +47,10 @@ def has_checkpoint_record(folder: Path) -> bool:
 
 
 def is_checkpoint(folder: Path) -> bool:
+    """A checkpoint, one being written or set aside, or a job folder a run holds."""
     if folder.name == PROTECTED or _CHECKPOINT_NAME.fullmatch(folder.name):
         return True
-    return has_checkpoint_record(folder)
+    return os.path.lexists(folder / JOB_LOCK) or has_checkpoint_record(folder)
 
 
 @dataclass(frozen=True)

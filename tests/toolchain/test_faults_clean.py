@@ -29,6 +29,8 @@ PLACES = (
 )
 # Being written right now: the trainer's hidden temp folder has no record yet.
 PARTIAL = ("scratch", "tmp/run/grpo/.r2_epoch_1_step_9.k3j2.tmp")
+# A job folder a run holds (its lock), before its first checkpoint.
+LIVE = ("scratch", "home/jobs/first-run")
 # What must go: each is in a cleaned folder and holds no checkpoint.
 DOOMED = (
     ("repo", ".pytest_cache/v/cache/nodeids"),
@@ -76,6 +78,10 @@ def tree(tmp_path: Path) -> dict[str, Path]:
     partial = roots[PARTIAL[0]] / PARTIAL[1]
     partial.mkdir(parents=True)
     (partial / "model.safetensors").write_bytes(b"half written")
+    live = roots[LIVE[0]] / LIVE[1]
+    live.mkdir(parents=True)
+    (live / ".halo-run.lock").write_text('{"host": "n1", "pid": 1}\n')
+    (live / "metrics.jsonl").write_text("{}\n")
     for root, rel in DOOMED:
         path = roots[root] / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -94,7 +100,7 @@ def _clean(roots: dict[str, Path], *extra: str):  # type: ignore[no-untyped-def]
 def test_clean_keeps_checkpoints_in_every_place_and_removes_the_rest(
     tree: dict[str, Path], tmp_path: Path
 ) -> None:
-    protected = [tree[r] / rel for r, rel in (*PLACES, PARTIAL)] + [tmp_path / "elsewhere"]
+    protected = [tree[r] / rel for r, rel in (*PLACES, PARTIAL, LIVE)] + [tmp_path / "elsewhere"]
     before = {p: _snapshot(p) for p in protected}
 
     dry = _clean(tree, "--dry-run")
@@ -109,7 +115,7 @@ def test_clean_keeps_checkpoints_in_every_place_and_removes_the_rest(
         for line in dry.stdout.splitlines()
         if line.startswith("would keep ")
     }
-    assert kept == {str(tree[r] / rel) for r, rel in (*PLACES, PARTIAL)}, dry.stdout
+    assert kept == {str(tree[r] / rel) for r, rel in (*PLACES, PARTIAL, LIVE)}, dry.stdout
     for root, rel in DOOMED:  # each doomed file is named, or a folder above it is
         path = tree[root] / rel
         assert any(str(path) == w or str(path).startswith(w + "/") for w in would), (
