@@ -362,8 +362,13 @@ class StepReport:
         )
 
 
-def _rel(a: float, b: float) -> float:
-    return abs(a - b) / max(abs(b), 1e-12) if math.isfinite(a) else math.inf
+def _rel(a: float, b: float, floor: float = 1e-12) -> float:
+    return abs(a - b) / max(abs(b), floor) if math.isfinite(a) else math.inf
+
+
+# GRPO's first-step loss is ~0 (the ratio is 1 and the advantages sum to zero): below this
+# the loss is compared absolutely.
+LOSS_FLOOR = 1e-2
 
 
 def compare_steps(got: StepNumbers, want: StepNumbers, tol: StepTolerance) -> StepReport:
@@ -377,7 +382,7 @@ def compare_steps(got: StepNumbers, want: StepNumbers, tol: StepTolerance) -> St
     )
     cos = float(functional.cosine_similarity(got.grads, want.grads, dim=0))
     checks = [
-        Error("loss", _rel(got.loss, want.loss), tol.loss),
+        Error("loss", _rel(got.loss, want.loss, LOSS_FLOOR), tol.loss),
         Error("grad_norm", _rel(got.grad_norm, want.grad_norm), tol.grad_norm),
         Error("param_grad_norm", worst, tol.param_norm),
         Error(
