@@ -92,7 +92,7 @@ patches: ## verify patches against halo:cpu's environment
 	$(NOX) -s patches
 example: ## the main job: build halo:cpu and train the tiny SFT example in it
 	$(NOX) -s example
-bench: ## benchmarks with budgets (no-op build, pins check, lock check, trainer vs TRL)
+bench: ## benchmarks with budgets (no-op build, pins/lock check, trainer vs TRL, GPU tokens/s + MFU)
 	$(NOX) -s bench
 ci-render: ## regenerate the CI workflow from ci/matrix.yaml
 	$(NOX) -s ci-render
