@@ -132,7 +132,7 @@ def _kernels(args: argparse.Namespace) -> int:
     r = realiser(repo, Store(store_root()), docker, configured_cache())
     rows = []
     for image in _selected(catalog, args.names, args.all):
-        drvs = image_derivations(repo, catalog, image, docker)
+        drvs = image_derivations(repo, catalog, image)
         unknown = sorted(set(args.only) - {d.name for d in drvs})
         if unknown:
             raise HaloError(f"--only {unknown[0]}: not a source of image {image.name}")
