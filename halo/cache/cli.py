@@ -32,8 +32,7 @@ def _setup(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
     from halo.cache.config import CACHE_VAR, configured_cache
     from halo.errors import HaloError
-    from halo.images.catalog import load_catalog
-    from halo.images.cli import _selected
+    from halo.images.catalog import load_catalog, selected
     from halo.paths import find_repo, store_root
     from halo.store.store import Store
 
@@ -45,7 +44,7 @@ def _setup(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         raise HaloError("halo cache: no registry; pass --registry HOST[/PREFIX] or set HALO_CACHE")
     repo = find_repo()
     catalog = load_catalog(repo)
-    images = _selected(catalog, args.names, args.all)
+    images = selected(catalog, args.names, args.all)
     return repo, catalog, images, cache, Store(store_root())
 
 
