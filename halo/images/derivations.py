@@ -233,9 +233,13 @@ def realise(drv: Derivation, r: Realiser) -> Realised:
 
 
 def _build(drv: Derivation, inputs: dict[str, object], drv_hash: str, r: Realiser) -> Realised:
+    tc = drv.toolchain
+    if tc.kind == "docker":  # before fetching anything: the base the hash names must be here
+        if r.docker is None:
+            raise HaloError(f"derivation {drv.name}: the docker builder needs a Docker engine")
+        _require_builder_base(tc, r.docker, drv.name)
     tree = source_tree(drv.pin, r.store, r.workdir, r.substitutes, r.download)
     parallel = parallelism()
-    tc = drv.toolchain
     say(
         f"derivation {drv.name}: compiling {drv_hash[:12]} ({tc.kind}, network none, "
         f"MAX_JOBS={parallel['MAX_JOBS']}, NVCC_THREADS={parallel['NVCC_THREADS']})"
@@ -263,9 +267,7 @@ def _build(drv: Derivation, inputs: dict[str, object], drv_hash: str, r: Realise
         else:
             from halo.builder import docker as docker_build
 
-            if r.docker is None:
-                raise HaloError(f"derivation {drv.name}: the docker builder needs a Docker engine")
-            _require_builder_base(tc, r.docker, drv.name)
+            assert r.docker is not None  # checked above
             wheel = docker_build.build_wheel(
                 tc, src, drv.pin.subdirectory, dict(drv.env), parallel, work, r.repo,
                 r.docker, r.store, drv.name,

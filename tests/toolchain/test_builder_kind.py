@@ -111,7 +111,8 @@ def _summary(plans: dict[str, dict]) -> dict[str, object]:  # type: ignore[type-
 def _labelled_stand_in(docker, ref: str, recipe: str, tmp: Path) -> None:  # type: ignore[no-untyped-def]
     """An empty image tagged and labelled as the made base: what the plan can see of one."""
     empty = tmp / "empty.tar"
-    tarfile.open(empty, "w").close()
+    if not empty.exists():
+        tarfile.open(empty, "w").close()
     subprocess.run(
         [docker.exe, "import", "--change", f"LABEL {BASE_LABEL}={recipe}", str(empty), ref],
         capture_output=True,
@@ -172,3 +173,33 @@ def test_native_is_explicit_and_asks_for_the_locks_interpreter(world: Path) -> N
     )
     assert proc.returncode == 2
     assert re.match(r"halo: error: no CPython 3\.\d+ found", proc.stderr), proc.stderr
+
+
+def test_a_base_counts_as_made_only_with_its_recipe_and_realise_refuses_without_it(
+    world: Path,
+) -> None:
+    """A tag moved by hand (an image without the recipe hash) is not the base; compiling on
+    the docker builder then stops before fetching anything, with the command that makes it."""
+    from halo.images.derivations import image_derivations, realise
+    from halo.images.derivations import realiser as make_realiser
+    from halo.store.store import Store
+
+    docker = docker_or_skip()
+    catalog = load_catalog(REPO)
+    image = catalog.image("blackwell")
+    base = catalog.bases[image.builder or image.base]
+    state = base_state(base, REPO, None)
+    if docker.image_id(state.ref):
+        pytest.skip(f"{state.ref} is made in this engine: a shared tag is not moved by a test")
+    (drv, *_) = image_derivations(REPO, catalog, image)
+    r = make_realiser(REPO, Store(world / "store"), docker, None)
+    try:
+        _labelled_stand_in(docker, state.ref, "0" * 64, world)  # someone else's recipe
+        assert base_state(base, REPO, docker).image_id is None
+        with pytest.raises(HaloError, match=r"builder base .* is not made here .*halo image base"):
+            realise(drv, r)
+        assert not (world / "store").exists() or not any((world / "store").rglob("*.tar.gz"))
+        _labelled_stand_in(docker, state.ref, recipe_hash(base, REPO), world)
+        assert base_state(base, REPO, docker).image_id == docker.image_id(state.ref)
+    finally:
+        subprocess.run([docker.exe, "rmi", state.ref], capture_output=True, check=False)
