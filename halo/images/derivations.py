@@ -6,9 +6,9 @@ interpreter ABI, C library and compilers of a native host, or the builder base's
 or pinned digest, never an image ID made here: the hash comes from the checkout alone, the
 same on any host and before and after `halo image base`), the build environment (the image's
 CUDA architectures and the pin's feature flags), the source patches applied, and the recipe
-(the code that runs the build). Parallelism (MAX_JOBS,
-NVCC_THREADS) only changes how fast: it comes from this host (or the caller's environment),
-is never an input, and a pin that names it is refused.
+(the code that runs the build). Parallelism (MAX_JOBS, NVCC_THREADS) only changes how fast:
+it comes from this host (or the caller's environment), is never an input, and a pin that
+names it is refused.
 
 ``realise`` looks in the store (the record and its wheel, verified now), then in the binary
 cache (halo.cache: trusted only through the recorded output hash and a signature or a
@@ -31,7 +31,7 @@ from typing import Protocol
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
-from halo.builder.kind import BUILDER_VAR, KINDS, builder_kind
+from halo.builder.kind import builder_kind
 from halo.builder.record import Compile, DerivationRecord, read_record, write_record
 from halo.builder.toolchain import (
     Toolchain,
@@ -55,7 +55,6 @@ PARALLELISM = ("MAX_JOBS", "NVCC_THREADS")
 GIB = 1 << 30
 # The CUDA_HOME layout every kind of build compiles with (halo.stack.cuda_home).
 CUDA_HOME_CODE = "halo/stack/cuda_home.py"
-__all__ = ["BUILDER_VAR", "KINDS", "builder_kind"]  # re-exported: where callers found them
 
 
 def recipe(kind: str, repo: Path) -> dict[str, object]:
