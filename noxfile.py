@@ -62,11 +62,13 @@ def _halo(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff check, ruff format --check, and actionlint on the workflow (.github/actionlint.yaml)."""
+    """ruff check, ruff format --check, actionlint on the workflow (.github/actionlint.yaml), and
+    lint-imports: halo/'s layering contracts ([tool.importlinter] in pyproject.toml)."""
     _tools(session)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("actionlint", "-color=false")
+    session.run("lint-imports", "--no-cache")
 
 
 @nox.session(python=PYTHON)

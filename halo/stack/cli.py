@@ -7,13 +7,13 @@ Exit codes: 0 every check passed; 1 a check failed (one line per failure on stde
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import time
 from pathlib import Path
 
-VENVS_ENV = "HALO_STACK_VENVS"
+from halo.paths import VENVS_ENV, venvs_root
+
 NO_GPU = (
     "no GPU is used or claimed: these checks install, import, link and parse; "
     "no CUDA kernel runs (the gpu tiers stay skipped without a GPU)"
@@ -50,16 +50,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="also run the CPU tier natively in this set's venv (repeatable)",
     )
     verify.set_defaults(func=_verify)
-
-
-def venvs_root(explicit: Path | None) -> Path:
-    from halo.paths import scratch_root
-
-    if explicit is not None:
-        return explicit
-    if env := os.environ.get(VENVS_ENV):
-        return Path(env)
-    return scratch_root() / "stacks"
 
 
 def _verify(args: argparse.Namespace) -> int:

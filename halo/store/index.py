@@ -14,9 +14,10 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from packaging.utils import canonicalize_name as normalize
+
 from halo.errors import HaloError
 from halo.hashing import CHUNK
-from halo.pins.lockfile import normalize
 from halo.urls import redact_url, request
 
 ACCEPT = "application/vnd.pypi.simple.v1+json"

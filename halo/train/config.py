@@ -331,7 +331,7 @@ def load(path: Path, method: str | None, overrides: list[str] | None = None) -> 
     path = Path(os.path.realpath(path))
     raw = read_yaml(path)
     resolve_paths(raw, path.parent)
-    ov.apply(raw, ov.parse(overrides or []), schema=Config)
+    ov.apply(raw, ov.parse(overrides or []), schema=Config, resolve_paths=resolve_paths)
     return from_dict(raw, method, str(path))
 
 
