@@ -57,6 +57,26 @@ def failed_rank(lines: list[str]) -> str | None:
     )
 
 
+# torchrun's own failures before any worker ran, as the line a person can act on.
+RENDEZVOUS = {
+    "RendezvousTimeoutError": "the rendezvous timed out: not every node joined within "
+    "runtime.rdzv.join_timeout_s (is every node started, and the endpoint the first node's "
+    "reachable address?)",
+    "RendezvousClosedError": "the rendezvous was closed: another node of this job stopped",
+}
+
+
+def failure_line(lines: list[str]) -> str | None:
+    """One line for a failed launcher: the rank that failed, or the rendezvous problem."""
+    found = failed_rank(lines)
+    if found:
+        return found
+    for name, what in RENDEZVOUS.items():
+        if any(name in line for line in lines):
+            return f"halo launch: {what}"
+    return None
+
+
 def _relay_stderr(stream: IO[str], tail: deque[str]) -> None:
     """Pass the launcher's stderr through, keeping the last lines for `failed_rank`."""
     for line in stream:
@@ -94,7 +114,7 @@ def run(argv: list[str], env: dict[str, str], job_dir: Path) -> int:
         )
         return 0
     if rc != 0:
-        line = failed_rank(list(tail))
+        line = failure_line(list(tail))
         if line:
             print(line, file=sys.stderr, flush=True)
     return rc

@@ -40,13 +40,13 @@ def losses(tmp: Path) -> list[float]:
 
 
 def start_nodes(
-    tmp: Path, *extra: str, nodes: int = 2, rdzv_id: str = "t"
+    tmp: Path, *extra: str, nodes: int = 2, started: int | None = None, rdzv_id: str = "t"
 ) -> list[subprocess.Popen[str]]:
-    """``nodes`` torchrun agents on this host, one process each, meeting through c10d on
-    127.0.0.1 (each its own `halo launch`, as on separate machines)."""
+    """``started`` (default all) of ``nodes`` torchrun agents on this host, one process each,
+    meeting through c10d on 127.0.0.1 (each its own `halo launch`, as on separate machines)."""
     port = free_port()
     procs = []
-    for n in range(nodes):
+    for n in range(nodes if started is None else started):
         log = (tmp / f"node{n}.log").open("w")
         cmd = halo_cmd(
             "launch", "sft", str(SFT), "--nnodes", str(nodes), "--nproc-per-node", "1",
@@ -146,6 +146,15 @@ def test_a_rank_that_dies_takes_the_job_down_with_a_line_naming_it(tmp_path: Pat
     assert all(c != 0 for c in codes), out
     line = [ln for ln in out.splitlines() if ln.startswith("halo launch: rank 1 ")]
     assert line and "failed with exit code -9" in line[0], out
+
+
+def test_a_node_that_never_joins_is_an_error_within_the_join_timeout(tmp_path: Path) -> None:
+    # One agent of two: the other never comes.
+    (proc,) = start_nodes(tmp_path, "--runtime.rdzv.join_timeout_s=5", started=1)
+    codes = wait_all([proc], 120)
+    out = node_logs(tmp_path)
+    assert codes == [1], out
+    assert out.splitlines()[-1].startswith("halo launch: the rendezvous timed out"), out
 
 
 # --- the batch rule and the launch command ---------------------------------------------------
