@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -360,3 +361,20 @@ Root Cause (first observed failure):
         "Signal 9 (SIGKILL) received by PID 77; the job is stopped"
     )
     assert supervise.failed_rank(["nothing\n"]) is None
+
+
+def test_slurm_dry_run_and_the_batch_rule_need_no_torch(tmp_path: Path) -> None:
+    # A login node: halo and its base dependencies, no training stack.
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from halo.cli import main\n"
+        f"raise SystemExit(main(['launch', 'sft', {str(SFT)!r}, '--slurm', '--nodes', '2',"
+        f" '--dry-run', '--', '--runtime.paths.checkpoints={tmp_path}/ck',"
+        f" '--runtime.paths.logs={tmp_path}/logs']))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=halo_env(), capture_output=True, text=True, check=False
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("#!/bin/bash\n") and "srun --nodes=2" in r.stdout
+    assert list(tmp_path.iterdir()) == []
