@@ -8,6 +8,7 @@ recording `Scheduler` (the interface `halo.train.slurm.Sbatch` implements).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -147,6 +148,42 @@ def test_a_rank_that_dies_takes_the_job_down_with_a_line_naming_it(tmp_path: Pat
     assert all(c != 0 for c in codes), out
     line = [ln for ln in out.splitlines() if ln.startswith("halo launch: rank 1 ")]
     assert line and "failed with exit code -9" in line[0], out
+
+
+def _tree(pid: int) -> list[int]:
+    out = [pid]
+    for child in supervise.children(pid):
+        out += _tree(child)
+    return out
+
+
+def test_sigterm_to_every_process_of_both_nodes_saves_once_and_exits_0(tmp_path: Path) -> None:
+    # What Slurm's `--signal=TERM@grace` does: SIGTERM to every process of the step on each
+    # node (halo launch, torchrun, the trainer), not only to the top one.
+    procs = start_nodes(
+        tmp_path, "--training.max_steps=1000", "--epochs=200", "--checkpoint.every_steps=0",
+        rdzv_id="term",
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        rows = tmp_path / "logs" / "tiny-sft" / "metrics.jsonl"
+        while not (rows.is_file() and rows.read_text().count("\n") >= 2):
+            assert time.monotonic() < deadline, node_logs(tmp_path)
+            assert all(p.poll() is None for p in procs), node_logs(tmp_path)
+            time.sleep(0.5)
+        for pid in [q for p in procs for q in _tree(p.pid)]:
+            os.kill(pid, signal.SIGTERM)
+        codes = wait_all(procs, 180)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    out = node_logs(tmp_path)
+    assert codes == [0, 0], out
+    assert out.count("writing an emergency checkpoint") == 1, out
+    (saved,) = (tmp_path / "ck" / "tiny-sft").iterdir()
+    meta = json.loads((saved / "meta.json").read_text())
+    assert meta["reason"] == "signal" and meta["world_size"] == 2, meta
 
 
 def test_a_node_that_never_joins_is_an_error_within_the_join_timeout(tmp_path: Path) -> None:
