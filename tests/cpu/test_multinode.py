@@ -184,6 +184,15 @@ def test_sigterm_to_every_process_of_both_nodes_saves_once_and_exits_0(tmp_path:
     (saved,) = (tmp_path / "ck" / "tiny-sft").iterdir()
     meta = json.loads((saved / "meta.json").read_text())
     assert meta["reason"] == "signal" and meta["world_size"] == 2, meta
+    # Resubmitted: rank 0 picks that checkpoint and every rank of both nodes loads it.
+    for log in tmp_path.glob("node*.log"):
+        log.unlink()
+    step = meta["step"]
+    again = start_nodes(tmp_path, f"--training.max_steps={step + 1}", rdzv_id="term2")
+    assert wait_all(again, 300) == [0, 0], node_logs(tmp_path)
+    out = node_logs(tmp_path)
+    assert f"resumed from {saved} (step {step})" in out, out
+    assert f"step {step + 1}/{step + 1}" in out, out
 
 
 def test_a_node_that_never_joins_is_an_error_within_the_join_timeout(tmp_path: Path) -> None:
