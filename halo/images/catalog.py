@@ -37,8 +37,9 @@ class Base:
     suite: str = ""
     variant: str = ""
     packages: tuple[str, ...] = ()
-    from_ref: str = ""
-    dockerfile: str = ""
+    # The image's environment beyond PATH, sorted by name (a GPU base: the NVIDIA container
+    # runtime's variables); in the base's config, so every image on it inherits it.
+    env: tuple[tuple[str, str], ...] = ()
 
     @property
     def definition(self) -> dict[str, object]:
@@ -50,8 +51,7 @@ class Base:
             "suite": self.suite,
             "variant": self.variant,
             "packages": sorted(self.packages),
-            "from": self.from_ref,
-            "dockerfile": self.dockerfile,
+            "env": dict(self.env),
         }
 
 
@@ -114,7 +114,14 @@ def _from_cache(path: Path, cached: Path) -> Catalog | None:
     try:
         data = json.loads(cached.read_text())
         bases = {
-            n: Base(**{**b, "packages": tuple(b["packages"])}) for n, b in data["bases"].items()
+            n: Base(
+                **{
+                    **b,
+                    "packages": tuple(b["packages"]),
+                    "env": tuple((str(k), str(v)) for k, v in b["env"]),
+                }
+            )
+            for n, b in data["bases"].items()
         }
         images = {
             n: Image(
@@ -142,7 +149,6 @@ def load_catalog(repo: Path) -> Catalog:
     catalog = _from_cache(path, memo)
     if catalog is not None:
         named = [i.dockerfile for i in catalog.images.values()]
-        named += [b.dockerfile for b in catalog.bases.values() if b.dockerfile]
         if all((repo / rel).is_file() for rel in named):
             return catalog
     from halo.schema import decode

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 # Wheels are zips: CUDA libraries and torch unpack to about twice their download size. Used
 # only for artifacts not in the store yet; stored ones are measured from their zip directory.
 UNPACK_FACTOR = 2.0
-BASE_ESTIMATE = {"mmdebstrap": 110 << 20, "dockerfile": 330 << 20, "registry": 330 << 20}
+BASE_ESTIMATE = {"mmdebstrap": 110 << 20}
 
 
 @dataclass(frozen=True)
