@@ -313,7 +313,7 @@ def test_a_made_base_enters_the_hash_by_its_digest(repo_copy: Path) -> None:
         base_identity(BaseState("halo-base/x:1", "sha256:" + "a" * 64), "r") == "sha256:" + "a" * 64
     )
     assert (
-        base_identity(BaseState("nvidia/cuda:13@sha256:" + "b" * 64, None), "r")
+        base_identity(BaseState("example/base:1@sha256:" + "b" * 64, None), "r")
         == "sha256:" + "b" * 64
     )
     assert base_identity(BaseState("halo-base/x:1", None), "r") == "pending:r"
