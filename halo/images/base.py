@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import shlex
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -23,9 +24,6 @@ from halo.images.catalog import Base
 from halo.images.docker import Docker
 from halo.pins.deblock import DebInputs, DebLock, deb_lock_path, load_deb_lock
 from halo.report import say
-
-# Bumped when the way a base is made from its lock changes (hooks, options): part of its tag.
-MAKE_VERSION = 1
 
 # Timestamps inside made bases (file mtimes via mmdebstrap, the image's `created`).
 DEFAULT_EPOCH = 1793491200  # 2026-11-01T00:00:00Z
@@ -51,7 +49,8 @@ def recipe_hash(base: Base, repo: Path) -> str:
     definition: dict[str, object] = dict(base.definition)
     definition["mount_points"] = list(MOUNT_POINTS)
     definition["os_lock_sha256"] = sha256_file(os_lock_file(base, repo))
-    definition["make"] = MAKE_VERSION
+    # How a base is made from its lock is this file: a change to it is a new base.
+    definition["make_sha256"] = sha256_file(Path(__file__))
     return sha256_json(definition)
 
 
@@ -191,12 +190,14 @@ SOURCES_NOTE = (
 )
 
 
-def _mmdebstrap(base: Base, repo_dir: Path, rootfs: Path, epoch: int) -> None:
+def _mmdebstrap(base: Base, lock: DebLock, repo_dir: Path, rootfs: Path, epoch: int) -> None:
     argv = [
         "mmdebstrap",
         f"--variant={base.variant}",
         "--architectures=amd64",
-        f"--include={','.join(sorted(base.packages))}",
+        # Every locked package by name: the lock is the closure. (The variant alone would pick
+        # Priority: required packages, a field a flat repository's index does not carry.)
+        f"--include={','.join(sorted({d.name for d in lock.debs}))}",
         "--skip=output/dev",
         # Docs, man pages and locales are not needed in an image and only add bytes.
         "--dpkgopt=path-exclude=/usr/share/doc/*",
@@ -204,6 +205,7 @@ def _mmdebstrap(base: Base, repo_dir: Path, rootfs: Path, epoch: int) -> None:
         "--dpkgopt=path-exclude=/usr/share/locale/*",
         '--customize-hook=rm -f "$1"/etc/hostname "$1"/etc/resolv.conf',
         f"--customize-hook=printf '{SOURCES_NOTE.format(base=base.name)}' > \"$1\"/etc/apt/sources.list",
+        f"--customize-hook=chroot \"$1\" dpkg-query -W -f '{INSTALLED_FORMAT}' > {shlex.quote(str(repo_dir.parent / 'installed.tsv'))}",
         base.suite,
         str(rootfs),
         f"deb [trusted=yes] copy://{repo_dir} ./",
@@ -225,6 +227,23 @@ def _mmdebstrap(base: Base, repo_dir: Path, rootfs: Path, epoch: int) -> None:
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-3:]
         raise HaloError(f"base {base.name}: mmdebstrap failed: {' | '.join(tail)}")
+    _same_as_lock(base, lock, repo_dir.parent / "installed.tsv")
+
+
+INSTALLED_FORMAT = r"${Package}\t${Version}\t${Architecture}\n"
+
+
+def _same_as_lock(base: Base, lock: DebLock, installed: Path) -> None:
+    """The made root holds exactly the lock's packages, or nothing is loaded."""
+    got = {tuple(line.split("\t")) for line in installed.read_text().splitlines() if line}
+    want = {(d.name, d.version, d.architecture) for d in lock.debs}
+    if got != want:
+        extra = sorted(f"{n} {v}" for n, v, _ in got - want)[:3]
+        missing = sorted(f"{n} {v}" for n, v, _ in want - got)[:3]
+        raise HaloError(
+            f"base {base.name}: the made root differs from pins/debian.{base.name}.lock.toml: "
+            f"not locked {extra or 'none'}, not installed {missing or 'none'}"
+        )
 
 
 def checked_lock(base: Base, repo: Path) -> DebLock:
@@ -247,7 +266,7 @@ def make_rootfs(base: Base, lock: DebLock, store: object, out: Path, epoch: int)
         # mmdebstrap's copy:// source: a folder the chroot can read (not file://).
         repo_dir = Path(tmp) / "repo"
         flat_repository(lock, store, repo_dir, epoch)
-        _mmdebstrap(base, repo_dir, out, epoch)
+        _mmdebstrap(base, lock, repo_dir, out, epoch)
 
 
 def make_base(base: Base, repo: Path, docker: Docker, workdir: Path) -> BaseState:

@@ -176,3 +176,19 @@ def test_the_committed_os_locks_hold_their_invariants() -> None:
         assert check_deb_lock(lock, name, deb_inputs(base)) == [], name
     proc = halo("pins", "lock", "--os", "--check", cwd=REPO)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_made_root_that_differs_from_its_lock_is_refused(tmp_path: Path) -> None:
+    """What mmdebstrap installed is compared with the lock: a variant that picks packages by a
+    field the local repository lacks (Priority) once left apt out, silently."""
+    from halo.images.base import _same_as_lock
+    from halo.images.catalog import Base
+
+    base = Base("tiny", "mmdebstrap", "python3", "bookworm", "minbase", ("app",))
+    rows = [f"{d.name}\t{d.version}\t{d.architecture}" for d in GOOD.debs]
+    installed = tmp_path / "installed.tsv"
+    installed.write_text("\n".join(rows) + "\n")
+    _same_as_lock(base, GOOD, installed)
+    installed.write_text("\n".join(rows[1:]) + "\n")
+    with pytest.raises(HaloError, match=r"not installed \['libc6 2\.36-9\+deb12u10'\]"):
+        _same_as_lock(base, GOOD, installed)
