@@ -92,6 +92,7 @@ def setup(
     log(ctx, f"attention: {choice.backend} ({choice.reason})")
     conf = hf.hf_config(cfg.model, tok)
     policy, ref = models(cfg, conf, choice.backend, ctx, mode, bf16, method.needs_reference)
+    hf.first_forward(policy, cfg.model.name_or_path or "model.config", ctx.device)
     optim, scheduler = optimizer.make(
         cfg.optim, policy, total_steps * method.updates_per_batch, fused=mode != "fsdp"
     )
