@@ -12,6 +12,7 @@ only ever removes older checkpoints of the current lineage; the newest one alway
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -214,8 +215,10 @@ def verify(path: Path) -> str | None:
         if entry is None:
             return f"meta.json: the entry of {rel} is not a sha256 and size"
         digest, size = entry
-        if size is not None and (path / rel).lstat().st_size != size:
-            return f"{rel} does not match its size in meta.json"
+        actual = (path / rel).lstat().st_size
+        if size is not None and actual != size:
+            # Said the same way as a hash mismatch (the size is the cheap half of that check).
+            return f"{rel} does not match its sha256 in meta.json ({actual} bytes, not {size})"
         if sha256_file(path / rel) != digest:
             return f"{rel} does not match its sha256 in meta.json"
     return _content_problem(path, sorted(files))
@@ -268,6 +271,27 @@ def write(
 ) -> Path:
     """``write_model(folder)`` writes the Hugging Face part; then trainer state and meta.json."""
     final = job_dir / dirname
+    from safetensors import SafetensorError
+
+    try:
+        return _write(final, write_model, trainer_state, meta, hook_sleep)
+    except (SafetensorError, RuntimeError) as exc:
+        # safetensors and torch.save wrap the OS's error (a full disk, a file-size limit) in
+        # their own types: give it back as the OSError it is, naming the checkpoint.
+        text = " ".join(str(exc).split())
+        m = re.search(r"os error (\d+)", text)
+        code = int(m[1]) if m else errno.EIO
+        raise OSError(code, os.strerror(code) if m else text[:200], str(final)) from None
+
+
+def _write(
+    final: Path,
+    write_model: Any,
+    trainer_state: dict[str, Any],
+    meta: dict[str, Any],
+    hook_sleep: float,
+) -> Path:
+    job_dir = final.parent
     with staged_dir(final) as tmp:
         write_model(tmp)
         if hook_sleep:

@@ -115,11 +115,13 @@ def build(
     return model
 
 
-def first_forward(model: nn.Module, where: str, device: torch.device) -> None:
+def first_forward(model: nn.Module, where: str, device: torch.device, length: int) -> None:
     """One tiny batch through the model before training: a config its class accepts can still
     make the model fail (a bad activation name, a rope setting), and that is an input error,
-    not a failure in step 1. Eval mode and no gradients: no dropout draws, no state changed."""
-    ids = torch.zeros((1, 2), dtype=torch.long, device=device)
+    not a failure in step 1. Eval mode and no gradients: no dropout draws, no state changed.
+    ``length`` tokens: some settings break only at later positions (a negative rope_theta)."""
+    vocab = int(getattr(model.config, "vocab_size", 1) or 1)
+    ids = (torch.arange(length, device=device) % vocab).unsqueeze(0)
     was_training = model.training
     model.eval()
     try:
