@@ -155,7 +155,8 @@ def load(source: str, chat_template: Path | None = None) -> ChatTokenizer:
         if isinstance(exc, HaloError):
             raise
         raise HaloError(
-            f"tokenizer {source}: cannot load ({' '.join(str(exc).split())[:300]}); a Hub id "
+            f"tokenizer {source}: cannot load its tokenizer.json / tokenizer_config.json "
+            f"({' '.join(str(exc).split())[:300]}); a Hub id "
             "must be in the Hugging Face cache (halo hf-cache seed)"
         ) from None
     if chat_template is not None:
