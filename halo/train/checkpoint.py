@@ -280,8 +280,16 @@ def write(
         # their own types: give it back as the OSError it is, naming the checkpoint.
         text = " ".join(str(exc).split())
         m = re.search(r"os error (\d+)", text)
-        code = int(m[1]) if m else errno.EIO
-        raise OSError(code, os.strerror(code) if m else text[:200], str(final)) from None
+        if m:
+            raise OSError(int(m[1]), os.strerror(int(m[1])), str(final)) from None
+        import resource
+
+        # torch.save names no errno ("unexpected pos ..."): name the likely cause when set.
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        hint = f"; the file-size limit (ulimit -f) is {limit} bytes" if limit >= 0 else ""
+        raise OSError(
+            errno.EIO, f"cannot write the checkpoint ({text[:160]}){hint}", str(final)
+        ) from None
 
 
 def _write(
