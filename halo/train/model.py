@@ -115,12 +115,14 @@ def build(
     return model
 
 
-def first_forward(model: nn.Module, where: str, device: torch.device, length: int) -> None:
+def first_forward(
+    model: nn.Module, conf: Any, where: str, device: torch.device, length: int
+) -> None:
     """One tiny batch through the model before training: a config its class accepts can still
     make the model fail (a bad activation name, a rope setting), and that is an input error,
     not a failure in step 1. Eval mode and no gradients: no dropout draws, no state changed.
     ``length`` tokens: some settings break only at later positions (a negative rope_theta)."""
-    vocab = int(getattr(model.config, "vocab_size", 1) or 1)
+    vocab = int(getattr(conf, "vocab_size", 1) or 1)  # conf: a DDP/FSDP wrapper has no .config
     ids = (torch.arange(length, device=device) % vocab).unsqueeze(0)
     was_training = model.training
     model.eval()
