@@ -172,7 +172,7 @@ def test_a_lock_from_a_dead_process_is_taken_over_and_its_partial_removed(
 
 
 def test_a_live_lock_of_another_host_is_refused_naming_its_slurm_job_until_it_goes_stale(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     d = job(tmp_path)
     d.mkdir(parents=True)
