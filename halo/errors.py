@@ -31,6 +31,8 @@ _REASONS = {
     errno.EEXIST: "already exists (a file where a folder should be?)",
     errno.EISDIR: "a folder is in the way of a file",
     errno.ENOENT: "no such file or folder",
+    errno.ENAMETOOLONG: "a name is too long for the file system",
+    errno.EFBIG: "file too large (a file-size limit, ulimit -f, or the file system's maximum)",
 }
 
 

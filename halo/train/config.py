@@ -22,8 +22,10 @@ from halo.errors import HaloError
 
 # Paths arrive as strings from YAML; every other field is strict (no "3" for 3).
 PathField = Annotated[Path, Field(strict=False)]
-Positive = Annotated[int, Field(gt=0)]
-NonNegative = Annotated[int, Field(ge=0)]
+# Counts fit an int32, so a huge number is this key's error, not an overflow deep in torch.
+COUNT_MAX = 2**31 - 1
+Positive = Annotated[int, Field(gt=0, le=COUNT_MAX)]
+NonNegative = Annotated[int, Field(ge=0, le=COUNT_MAX)]
 
 
 class Section(BaseModel):
@@ -169,7 +171,8 @@ class Optim(Section):
 
 
 class Training(Section):
-    seed: NonNegative = 0
+    # Below 2**32: torch's generators take (seed * 1_000_003 + epoch) < 2**64.
+    seed: Annotated[int, Field(ge=0, lt=2**32)] = 0
     # Sequences (SFT), pairs (DPO) or groups (GRPO) per optimizer step, over all processes.
     global_batch_size: Positive = 8
     # Per process per forward; the rest is gradient accumulation. Unset: the whole share.

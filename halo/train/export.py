@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -85,17 +84,39 @@ def write_hf(
     tokenizer.save(folder)
 
 
-def model_files(checkpoint: Path) -> list[Path]:
-    """The serving part of a checkpoint folder: every file but the trainer's state."""
-    return sorted(
-        p
-        for p in checkpoint.iterdir()
-        if p.name not in TRAINER_STATE and not p.name.startswith(".")
-    )
+def model_files(checkpoint: Path) -> list[str]:
+    """The serving part of a checkpoint: the files its record lists, but the trainer's state."""
+    from halo.train import checkpoint as ck
+
+    return [r for r in ck.listed(checkpoint) if r.split("/")[0] not in TRAINER_STATE]
+
+
+def _copy_regular(src: Path, dest: Path, digest: str) -> None:
+    """Copy one file as a regular file, never through a link (O_NOFOLLOW), and check that
+    what was copied is what the record verified (it may change after the check)."""
+    import hashlib
+    import os
+    import stat
+
+    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise HaloError(f"{src}: not a regular file; not exported")
+        h = hashlib.sha256()
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with os.fdopen(os.dup(fd), "rb") as fin, dest.open("xb") as fout:
+            while chunk := fin.read(1 << 20):
+                h.update(chunk)
+                fout.write(chunk)
+    finally:
+        os.close(fd)
+    if h.hexdigest() != digest:
+        raise HaloError(f"{src}: changed while it was exported; not exported")
+    dest.chmod(0o644)
 
 
 def export(checkpoint: Path, out: Path) -> Path:
-    """Copy a verified checkpoint's model files to ``out`` (complete or absent)."""
+    """Copy a verified checkpoint's listed model files to ``out`` (complete or absent)."""
     from halo.train import checkpoint as ck
 
     if not (checkpoint / "meta.json").is_file():
@@ -107,12 +128,12 @@ def export(checkpoint: Path, out: Path) -> Path:
         raise HaloError(f"{out}: exists and is not empty")
     if out.exists():
         out.rmdir()
+    files = (ck.read_meta(checkpoint) or {}).get("files", {})
     with staged_dir(out) as tmp:
-        for p in model_files(checkpoint):
-            if p.is_dir():
-                shutil.copytree(p, tmp / p.name)
-            else:
-                shutil.copy2(p, tmp / p.name)
+        for rel in model_files(checkpoint):
+            entry = files[rel]
+            digest = entry if isinstance(entry, str) else entry["sha256"]
+            _copy_regular(checkpoint / rel, tmp / rel, digest)
         tmp.chmod(0o755)
     return out
 

@@ -18,12 +18,20 @@ from typing import Any
 
 import torch
 
-from halo.errors import HaloError
+from halo.errors import HaloError, os_error
 from halo.train import distributed, saving, setup
 from halo.train.config import Config
 from halo.train.data import Schedule
 from halo.train.setup import log
-from halo.train.state import Batch, DivergedError, Method, Result, StepStats, Trainer
+from halo.train.state import (
+    Batch,
+    DivergedError,
+    Method,
+    Result,
+    StepStats,
+    Trainer,
+    TrainingError,
+)
 from halo.train.stopping import StopFlag
 from halo.train.tokenizer import ChatTokenizer
 
@@ -308,6 +316,10 @@ def train(
             checkpoints.periodic()
         if save_final and not result.stopped_by_signal:
             checkpoints.final()
+    except OSError as exc:
+        raise TrainingError(f"step {tr.step}: {os_error(exc).message}") from None
+    except OverflowError as exc:
+        raise TrainingError(f"step {tr.step}: a number overflowed ({exc})") from None
     finally:
         metrics.close()
     result.steps = tr.step

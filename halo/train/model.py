@@ -42,6 +42,14 @@ VOLATILE = {
 }
 
 
+try:  # transformers 5 configs are strict dataclasses whose validators raise these
+    from huggingface_hub.errors import StrictDataclassError
+
+    _STRICT: tuple[type[Exception], ...] = (StrictDataclassError,)
+except ImportError:
+    _STRICT = ()
+
+
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300]
 
@@ -60,7 +68,8 @@ def hf_config(m: Model, tok: ChatTokenizer) -> Any:
             fields.setdefault("eos_token_id", tok.eos_id)
             fields.setdefault("pad_token_id", tok.pad_id)
             conf = AutoConfig.for_model(model_type, **fields)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, *_STRICT) as exc:
+        # The model's own config class is the validator: its rejection is this key's error.
         where = m.name_or_path or "model.config"
         raise HaloError(f"{where}: not a usable model config ({_one_line(exc)})") from None
     if not getattr(conf, "architectures", None):
@@ -98,12 +107,34 @@ def build(
                 model = AutoModelForCausalLM.from_config(
                     conf, attn_implementation=impl, dtype=torch.float32
                 )
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+    except (OSError, ValueError, KeyError, RuntimeError, TypeError, *_STRICT) as exc:
         where = m.name_or_path or "model.config"
         raise HaloError(f"{where}: cannot build the model ({_one_line(exc)})") from None
     if m.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model
+
+
+def first_forward(
+    model: nn.Module, conf: Any, where: str, device: torch.device, length: int
+) -> None:
+    """One tiny batch through the model before training: a config its class accepts can still
+    make the model fail (a bad activation name, a rope setting), and that is an input error,
+    not a failure in step 1. Eval mode and no gradients: no dropout draws, no state changed.
+    ``length`` tokens: some settings break only at later positions (a negative rope_theta)."""
+    vocab = int(getattr(conf, "vocab_size", 1) or 1)  # conf: a DDP/FSDP wrapper has no .config
+    ids = (torch.arange(length, device=device) % vocab).unsqueeze(0)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(input_ids=ids, use_cache=False).logits
+    except Exception as exc:  # whatever the model raises, the config is what made it
+        raise HaloError(f"{where}: the model fails its first forward ({_one_line(exc)})") from None
+    finally:
+        model.train(was_training)
+    if not bool(torch.isfinite(out).all()):
+        raise HaloError(f"{where}: the model's first forward gives non-finite logits")
 
 
 def restore_buffers(model: nn.Module, device: torch.device) -> None:

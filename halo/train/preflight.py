@@ -40,6 +40,54 @@ def writable(key: str, path: Path) -> Check:
     return Check(key, True, f"{path} (writable)")
 
 
+# The longest name a run writes inside its job folder: a checkpoint's staging folder
+# (".r<L>_epoch_<E>_step_<S>.<random>.tmp"), with room for large numbers.
+LONGEST_ENTRY = len(".r9999_epoch_99999_step_9999999999.abcdefgh.tmp.bad")
+
+
+def folder(key: str, path: Path) -> Check:
+    """``path`` is a folder or can be made one: nothing on the way to it is a file, and the
+    nearest existing part is writable."""
+    for p in (path, *path.parents):
+        if p.exists() or p.is_symlink():
+            if not p.is_dir():
+                return Check(key, False, f"{p} exists and is not a directory")
+            break
+    return writable(key, path)
+
+
+def name_length(key: str, path: Path, name: str) -> Check:
+    """``name`` fits the file system's NAME_MAX, and ``path`` plus what the run writes inside
+    it fits PATH_MAX (a too-long name otherwise fails at the first checkpoint)."""
+    base = _existing_ancestor(path)
+    try:
+        name_max = os.pathconf(base, "PC_NAME_MAX")
+        path_max = os.pathconf(base, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    size = len(os.fsencode(name))
+    if size > name_max:
+        return Check(key, False, f"{name[:40]}...: {size} bytes, the file system allows {name_max}")
+    longest = len(os.fsencode(str(path.absolute()))) + 1 + LONGEST_ENTRY + len("/trainer/x.pt")
+    if longest >= path_max:
+        return Check(
+            key,
+            False,
+            f"{path}: paths inside it would be {longest} bytes, over PATH_MAX {path_max}",
+        )
+    return Check(key, True, f"{size} bytes (at most {name_max})")
+
+
+def outputs(cfg: Config) -> list[Check]:
+    """What the run will write: its job's checkpoint and log folders, their names, the disk."""
+    return [
+        folder("runtime.paths.checkpoints", cfg.job_dir),
+        folder("runtime.paths.logs", cfg.log_dir),
+        name_length("runtime.job_name", cfg.job_dir, cfg.runtime.job_name),
+        disk(cfg, checkpoint_bytes(cfg, n_params(cfg))),
+    ]
+
+
 def _cached(repo: str, name: str) -> Path | None:
     try:
         from huggingface_hub import try_to_load_from_cache
@@ -122,6 +170,8 @@ def checkpoint_bytes(cfg: Config, n_params: int) -> int:
 
 def disk(cfg: Config, need: int) -> Check:
     base = _existing_ancestor(cfg.runtime.paths.checkpoints)
+    if not base.is_dir():
+        return Check("disk", True, f"{base} is not a folder (reported above)")
     free = shutil.disk_usage(base).free
     detail = f"{human_bytes(free)} free at {base}, checkpoints need about {human_bytes(need)}"
     return Check("disk", free >= need, detail)
@@ -176,14 +226,12 @@ def gather(cfg: Config, nproc: int, gpu_count: int) -> list[Check]:
             not missing,
             ", ".join(missing) + " not found" if missing else f"{len(inputs)} file(s)",
         ),
-        writable("runtime.paths.checkpoints", cfg.runtime.paths.checkpoints),
-        writable("runtime.paths.logs", cfg.runtime.paths.logs),
         base_model(cfg),
         tokenizer(cfg),
         driver(),
         devices(cfg, gpu_count, nproc),
         parallelism(cfg, nproc, gpu_count > 0),
-        disk(cfg, checkpoint_bytes(cfg, n_params(cfg))),
+        *outputs(cfg),
     ]
 
 

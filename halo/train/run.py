@@ -6,14 +6,21 @@ python -m halo.train.run --method sft --config CONFIG [--key=value ...]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
-from halo.errors import HaloError
+from halo.errors import HaloError, os_error
 from halo.train.stopping import StopFlag
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"halo: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -24,43 +31,85 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--method", required=True)
     parser.add_argument("--config", required=True, type=Path)
     args, extra = parser.parse_known_args(argv)
+    # The same net as `halo`'s: what the environment or the inputs break is one line, exit 2
+    # (exit 1 for a failure during training, which the loop raises as a HaloError with code 1).
+    # Loaders name their file or key where they can; this catches the ones that do not.
     try:
         return run(args.method, args.config, extra, stop)
     except HaloError as exc:
-        print(f"halo: error: {exc.message}", file=sys.stderr, flush=True)
-        return exc.exit_code
+        return _fail(exc.message, exc.exit_code)
+    except OSError as exc:
+        return _fail(os_error(exc).message, HaloError.exit_code)
+    except OverflowError as exc:
+        return _fail(f"a number is out of range for what uses it ({exc})", HaloError.exit_code)
+    except UnicodeDecodeError as exc:
+        return _fail(f"an input file is not UTF-8 text ({exc.reason})", HaloError.exit_code)
     finally:
         stop.done()
 
 
 def run(method_name: str, config_path: Path, extra: list[str], stop: StopFlag) -> int:
-    from halo.train import checkpoint, config, distributed, loop, registry, setup
+    from halo.train import config, distributed, registry
 
     spec = registry.default().get(method_name)
     cfg = config.load(config_path, spec.name, extra)
     ctx = distributed.init()
     try:
-        tok = setup.load_tokenizer(cfg)
-        module = importlib.import_module(spec.module)
-        method = module.build(cfg, tok)
-        hook = checkpoint.test_hook_sleep(os.environ.get(checkpoint.TEST_HOOK_SLEEP_ENV))
-        # A method with its own loop (online-grpo: rollouts between steps) brings its train().
-        train = getattr(module, "train", loop.train)
-        result = train(cfg, method, tok, ctx, stop, checkpoint_hook_sleep=hook)
-        if ctx.is_main:
-            first = result.losses.get(min(result.losses, default=0))
-            last = result.losses.get(result.steps)
-            rate = result.tokens / max(result.seconds, 1e-9)
-            print(
-                f"done: {result.steps} steps, loss {first} -> {last}, {rate:.0f} tokens/s, "
-                f"checkpoint {result.checkpoint}"
-                + (f" (stopped by {stop.name})" if result.stopped_by_signal else ""),
-                flush=True,
-            )
+        with _job_lock(cfg, ctx):
+            _train(cfg, spec.module, ctx, stop)
         distributed.shutdown(clean=True)
     finally:
         distributed.shutdown()
     return 0
+
+
+@contextlib.contextmanager
+def _job_lock(cfg: Any, ctx: Any) -> Iterator[None]:
+    """Rank 0 checks what the run writes, then holds the job folder's lock for the run; every
+    rank learns whether it got it (one decision, so no rank trains on a refused folder)."""
+    from halo.train import joblock
+    from halo.train import preflight as pf
+
+    lock, problem = None, None
+    if ctx.is_main:
+        try:
+            pf.failures(pf.outputs(cfg))
+            lock = joblock.JobLock(cfg.job_dir, lambda m: print(m, flush=True))
+            lock.acquire()
+        except HaloError as exc:
+            problem = exc.message
+        except OSError as exc:
+            problem = os_error(exc, cfg.job_dir).message
+    problem = ctx.broadcast(problem)
+    if problem:
+        raise HaloError(problem)
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(cfg: Any, module_name: str, ctx: Any, stop: StopFlag) -> None:
+    from halo.train import checkpoint, loop, setup
+
+    tok = setup.load_tokenizer(cfg)
+    module = importlib.import_module(module_name)
+    method = module.build(cfg, tok)
+    hook = checkpoint.test_hook_sleep(os.environ.get(checkpoint.TEST_HOOK_SLEEP_ENV))
+    # A method with its own loop (online-grpo: rollouts between steps) brings its train().
+    train = getattr(module, "train", loop.train)
+    result = train(cfg, method, tok, ctx, stop, checkpoint_hook_sleep=hook)
+    if ctx.is_main:
+        first = result.losses.get(min(result.losses, default=0))
+        last = result.losses.get(result.steps)
+        rate = result.tokens / max(result.seconds, 1e-9)
+        print(
+            f"done: {result.steps} steps, loss {first} -> {last}, {rate:.0f} tokens/s, "
+            f"checkpoint {result.checkpoint}"
+            + (f" (stopped by {stop.name})" if result.stopped_by_signal else ""),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

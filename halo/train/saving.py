@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from halo.errors import HaloError
-from halo.train import checkpoint, distributed, export
+from halo.train import checkpoint, distributed, export, joblock
 from halo.train import model as hf
 from halo.train.setup import log
 from halo.train.state import DivergedError, Trainer
@@ -121,7 +121,11 @@ def check_compatible(tr: Trainer, path: Path, meta: dict[str, Any]) -> None:
             f"{path}: saved with global_batch_size={meta.get('global_batch_size')} "
             f"seed={meta.get('seed')}; resuming needs the same (or set checkpoint.resume: false)"
         )
-    saved = hf.architecture(AutoConfig.from_pretrained(str(path), local_files_only=True))
+    try:
+        saved_conf = AutoConfig.from_pretrained(str(path), local_files_only=True)
+    except Exception as exc:  # any transformers error on a damaged config.json: one line
+        raise HaloError(f"{path / 'config.json'}: not a model config ({exc})") from None
+    saved = hf.architecture(saved_conf)
     want = hf.architecture(tr.conf)
     diff = sorted(k for k in saved.keys() | want.keys() if saved.get(k) != want.get(k))
     if diff:
@@ -137,7 +141,13 @@ def resume(tr: Trainer) -> checkpoint.Found | None:
     ctx, cfg = tr.ctx, tr.cfg
     job_dir = cfg.job_dir
     if ctx.is_main:
+        # A partial write is removed only when its writer is known to be dead: this run holds
+        # the job folder's lock, so no other run is writing (see halo.train.joblock).
+        mine = joblock.owned(job_dir)
         for p in checkpoint.partials(job_dir):
+            if not mine:
+                log(ctx, f"checkpoint: ignoring partial write {p.name} (job lock not held)")
+                continue
             log(ctx, f"checkpoint: ignoring and removing partial write {p.name}")
             shutil.rmtree(p, ignore_errors=True)
     found = None
@@ -151,11 +161,17 @@ def resume(tr: Trainer) -> checkpoint.Found | None:
     assert meta is not None  # verified above
     check_compatible(tr, found.path, meta)
     state = checkpoint.load_trainer_state(found.path)
-    distributed.load_states(
-        tr.model, tr.optim, checkpoint.load_weights(found.path), state["optimizer"]
-    )
-    tr.scheduler.load_state_dict(state["scheduler"])
-    set_rng_state(state["rng"])
+    try:
+        distributed.load_states(
+            tr.model, tr.optim, checkpoint.load_weights(found.path), state["optimizer"]
+        )
+        tr.scheduler.load_state_dict(state["scheduler"])
+        set_rng_state(state["rng"])
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:
+        raise HaloError(
+            f"{found.path}: its trainer state does not load ({' '.join(str(exc).split())[:200]}); "
+            "set checkpoint.resume: false to start a new lineage"
+        ) from None
     tr.step, tr.lineage = int(meta["step"]), int(meta["lineage"])
     log(ctx, f"resumed from {found.path} (step {tr.step})")
     return found

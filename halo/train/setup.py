@@ -92,6 +92,13 @@ def setup(
     log(ctx, f"attention: {choice.backend} ({choice.reason})")
     conf = hf.hf_config(cfg.model, tok)
     policy, ref = models(cfg, conf, choice.backend, ctx, mode, bf16, method.needs_reference)
+    # FSDP: a forward before the first step leaves its shards in a state the first
+    # checkpoint's state-dict gathering trips over; those runs skip this check.
+    if mode != "fsdp":
+        length = min(
+            cfg.data.max_seq_len, getattr(conf, "max_position_embeddings", None) or 256, 256
+        )
+        hf.first_forward(policy, conf, cfg.model.name_or_path or "model.config", ctx.device, length)
     optim, scheduler = optimizer.make(
         cfg.optim, policy, total_steps * method.updates_per_batch, fused=mode != "fsdp"
     )

@@ -31,6 +31,13 @@ class DivergedError(HaloError):
     exit_code = 1
 
 
+class TrainingError(HaloError):
+    """The environment failed the run after training began (a full disk, a file-size limit):
+    exit 1, like a divergence; what was being written is removed (halo.atomic)."""
+
+    exit_code = 1
+
+
 def weights_count(b: Batch) -> float:
     return float(b["weights"].sum())
 

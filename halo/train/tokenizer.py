@@ -151,9 +151,12 @@ def load(source: str, chat_template: Path | None = None) -> ChatTokenizer:
 
     try:
         hf = AutoTokenizer.from_pretrained(source, local_files_only=True)
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # tokenizers raises bare Exceptions for a malformed tokenizer.json
+        if isinstance(exc, HaloError):
+            raise
         raise HaloError(
-            f"tokenizer {source}: cannot load ({' '.join(str(exc).split())[:300]}); a Hub id "
+            f"tokenizer {source}: cannot load its tokenizer.json / tokenizer_config.json "
+            f"({' '.join(str(exc).split())[:300]}); a Hub id "
             "must be in the Hugging Face cache (halo hf-cache seed)"
         ) from None
     if chat_template is not None:
