@@ -128,14 +128,11 @@ META_TYPES: dict[str, type | tuple[type, ...]] = {
 
 
 def confined(rel: str) -> bool:
-    """A record's file name names a file inside the checkpoint: relative, no ``..``, no
-    empty, ``.`` or backslash parts (one spelling per file)."""
-    parts = rel.split("/")
-    return (
-        bool(rel)
-        and not rel.startswith("/")
-        and all(p not in ("", ".", "..") and "\\" not in p and "\0" not in p for p in parts)
-    )
+    """A record's file name names a file inside the checkpoint (halo.confine's rule), in one
+    spelling per file: no empty or ``.`` parts either."""
+    from halo.confine import name_problem
+
+    return name_problem(rel) is None and all(p not in ("", ".") for p in rel.split("/"))
 
 
 def _entry(value: Any) -> tuple[str, int | None] | None:
