@@ -31,7 +31,10 @@ from halo.images.base import DEFAULT_EPOCH
 from halo.images.docker import Docker
 
 FORMATS = ("sqsh", "sif")
+# lz4: the fastest of mksquashfs's compressors (an image of GBs in minutes on two cores); fixed, since
+# the compressor and its options are part of the bytes.
 SQUASHFS_OPTIONS = ("-all-root", "-noappend", "-no-xattrs", "-mkfs-time", "0", "-all-time", "0")
+SQUASHFS_OPTIONS += ("-comp", "lz4", "-no-progress")
 # Left by `docker create` in every container's filesystem, not part of the image.
 DOCKER_ONLY = (".dockerenv",)
 
