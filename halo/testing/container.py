@@ -62,6 +62,9 @@ class RunSpec:
     # (/workspace when writable, scratch) and a /tmp tmpfs.
     read_only: bool = False
     user: str | None = None  # "UID:GID"; default the host's user
+    # `halo job start`: detached under this name, kept after it exits (its exit code).
+    detach_name: str | None = None
+    cap_add: Sequence[str] = ()  # `halo job start --debug`: SYS_PTRACE for py-spy
 
 
 def in_ci() -> bool:
@@ -93,7 +96,9 @@ def docker_run_args(
     spec: RunSpec, repo: Path, scratch: Path, home: Path | None = None
 ) -> list[str]:
     """Everything after `docker run`: flags, the image, the command."""
-    args = ["--rm", "--init", "--pull", "never", f"--network={spec.network}", "--ipc=host"]
+    keep = ["-d", "--name", spec.detach_name] if spec.detach_name else ["--rm"]
+    args = [*keep, "--init", "--pull", "never", f"--network={spec.network}", "--ipc=host"]
+    args += [f"--cap-add={c}" for c in spec.cap_add]
     args.append(f"--shm-size={GPU_SHM if spec.gpus else CPU_SHM}")
     if spec.host_pids:
         args.append("--pid=host")

@@ -17,9 +17,10 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # imported where used: `halo job clean` lists checkpoints without torch
+    import torch
 
 from halo.atomic import staged_dir
 from halo.hashing import sha256_file
@@ -118,6 +119,7 @@ def verify(path: Path) -> str | None:
     for rel, digest in sorted(files.items()):
         if sha256_file(path / rel) != digest:
             return f"{rel} does not match its sha256 in meta.json"
+    import torch
     from safetensors.torch import load_file
 
     for rel in sorted(f for f in files if f.endswith(".safetensors")):
@@ -144,6 +146,8 @@ def write(
     hook_sleep: float = 0.0,
 ) -> Path:
     """``write_model(folder)`` writes the Hugging Face part; then trainer state and meta.json."""
+    import torch
+
     final = job_dir / dirname
     with staged_dir(final) as tmp:
         write_model(tmp)
@@ -166,6 +170,8 @@ def write(
 
 
 def load_trainer_state(path: Path) -> dict[str, Any]:
+    import torch
+
     return {p.stem: torch.load(p, weights_only=True) for p in sorted((path / TRAINER).glob("*.pt"))}
 
 
