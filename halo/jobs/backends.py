@@ -88,8 +88,12 @@ def _docker_start(job: JobRecord) -> str:
 
 
 def _docker_state(cid: str) -> State:
+    try:
+        exe = _docker()
+    except HaloError as exc:
+        return State("unknown", None, exc.message)
     proc = subprocess.run(
-        [_docker(), "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", cid],
+        [exe, "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", cid],
         capture_output=True,
         text=True,
         check=False,
@@ -147,9 +151,12 @@ SLURM_ACTIVE |= {"COMPLETING": RUNNING, "SUSPENDED": RUNNING, "REQUEUED": "pendi
 
 
 def _slurm_state(job_id: str) -> State:
-    proc = subprocess.run(
-        ["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=False
-    )
+    try:
+        proc = subprocess.run(
+            ["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=False
+        )
+    except FileNotFoundError:
+        return State("unknown", None, f"Slurm job {job_id} (no scontrol on PATH)")
     if proc.returncode != 0:
         return State("unknown", None, f"Slurm job {job_id} (no longer known to slurmctld)")
     fields = dict(f.split("=", 1) for f in proc.stdout.split() if "=" in f)

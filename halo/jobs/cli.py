@@ -72,7 +72,9 @@ def _start(args: argparse.Namespace) -> int:
     late.add_argument("--debug", action="store_true", default=args.debug)
     opts, unknown = late.parse_known_args(rest[:cut])
     if opts.backend not in ("docker", "slurm"):
-        late.error(f"--backend: expected docker or slurm, got {opts.backend!r}")
+        from halo.errors import HaloError
+
+        raise HaloError(f"--backend: expected docker or slurm, got {opts.backend!r}")
     vars(args).update(vars(opts))
     rest = [*unknown, *rest[cut + 1 :]]
     config = args.config.resolve()
