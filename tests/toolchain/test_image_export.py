@@ -149,19 +149,23 @@ def test_an_image_that_is_not_here_is_one_line_and_nothing_written(
 
 
 @pytest.fixture(scope="module")
-def cpu_sqsh(docker: Docker, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """halo:cpu (a no-op build when CI's build-cpu ran first), exported once."""
+def cpu_sqsh(docker: Docker, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """halo:cpu (a no-op build when CI's build-cpu ran first), exported once, by image ID: the
+    moving tag may move meanwhile (another checkout's build)."""
     proc = halo("image", "build", "cpu", cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return export("cpu", "sqsh", tmp_path_factory.mktemp("cpu") / "halo-cpu.sqsh")
+    image_id = docker.image_id("halo:cpu")
+    assert image_id
+    return image_id, export(image_id, "sqsh", tmp_path_factory.mktemp("cpu") / "halo-cpu.sqsh")
 
 
 def test_halo_cpu_sqsh_unpacks_to_the_image_and_trains_in_a_chroot(
-    docker: Docker, cpu_sqsh: Path, tmp_path: Path
+    docker: Docker, cpu_sqsh: tuple[str, Path], tmp_path: Path
 ) -> None:
-    root = unsquash(cpu_sqsh, tmp_path / "root")
+    image_id, sqsh = cpu_sqsh
+    root = unsquash(sqsh, tmp_path / "root")
     image_json = (root / "etc" / "halo" / "build.json").read_bytes()
-    inside = docker.run(["--rm", "--network", "none", "halo:cpu", "cat", "/etc/halo/build.json"],
+    inside = docker.run(["--rm", "--network", "none", image_id, "cat", "/etc/halo/build.json"],
                         True).stdout  # fmt: skip
     assert image_json.decode() == inside
     assert b"PATH=/opt/venv/bin:" in (root / "etc" / "environment").read_bytes()
