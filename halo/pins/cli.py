@@ -21,6 +21,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="re-resolve and compare; exit 1 with a diff where a lock drifted",
     )
+    lock.add_argument(
+        "--upgrade",
+        action="store_true",
+        help="ignore the committed locks' pins (by default a re-lock keeps them where it can)",
+    )
+    lock.add_argument(
+        "--upgrade-package",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="let NAME move to its newest allowed version (repeatable)",
+    )
     lock.set_defaults(func=_lock)
 
     check = sub.add_parser("check", help="the cross-set invariants (offline)")
@@ -53,11 +65,12 @@ def _pins_dir() -> Path:
 def _lock(args: argparse.Namespace) -> int:
     from halo.pins.lockfile import lock_name
     from halo.pins.locking import check_locks, write_locks
-    from halo.pins.resolve import UvResolver
+    from halo.pins.resolve import Upgrade, UvResolver
 
     pins_dir = _pins_dir()
+    upgrade = Upgrade(all=args.upgrade, packages=frozenset(args.upgrade_package))
     if args.check:
-        drift = check_locks(pins_dir, args.sets, UvResolver())
+        drift = check_locks(pins_dir, args.sets, UvResolver(), upgrade)
         for diff in drift.values():
             sys.stdout.write(diff)
         if drift:
@@ -68,7 +81,7 @@ def _lock(args: argparse.Namespace) -> int:
             )
             return 1
         return 0
-    for name, changed in write_locks(pins_dir, args.sets, UvResolver()).items():
+    for name, changed in write_locks(pins_dir, args.sets, UvResolver(), upgrade).items():
         print(f"pins/{lock_name(name)}: {'written' if changed else 'unchanged'}")
     return 0
 

@@ -7,9 +7,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from halo.errors import HaloError
 from halo.pins.inputs import PinInputs, SetInputs, load_inputs
 from halo.pins.lockfile import Lock, load_lock, lock_name, lock_path, parse_lock, render_lock
-from halo.pins.resolve import Resolver, build_lock, file_size, lock_header
+from halo.pins.resolve import (
+    NO_UPGRADE,
+    Resolver,
+    Upgrade,
+    build_lock,
+    file_size,
+    lock_header,
+    preferences,
+)
 from halo.pins.source_pins import SourcePin, load_source_pins
 
 
@@ -33,29 +42,63 @@ def load_all(pins_dir: Path) -> PinState:
     return PinState(inputs=inputs, locks=locks, sources=load_source_pins(pins_dir))
 
 
-def render(inputs: SetInputs, pins_dir: Path, resolver: Resolver) -> str:
-    lock = build_lock(inputs, resolver.resolve(inputs, pins_dir), file_size)
+def committed_lock(pins_dir: Path, name: str) -> Lock | None:
+    """The set's committed lock, the re-resolution's preferences; None before the first lock."""
+    path = lock_path(pins_dir, name)
+    if not path.is_file():
+        return None
+    try:
+        return load_lock(path)
+    except HaloError as exc:
+        raise HaloError(
+            f"{exc.message} (its pins are the re-lock's preferences; "
+            f"`halo pins lock --upgrade {name}` re-resolves without them)"
+        ) from None
+
+
+def render(
+    inputs: SetInputs,
+    pins_dir: Path,
+    resolver: Resolver,
+    upgrade: Upgrade = NO_UPGRADE,
+    previous: Lock | None = None,
+) -> str:
+    resolution = resolver.resolve(inputs, pins_dir, preferences(previous, upgrade))
+    lock = build_lock(inputs, resolution, file_size, previous)
     text = render_lock(lock, lock_header(inputs))
     parse_lock(text, f"{lock_name(inputs.name)} (as rendered)")  # never write what we cannot read
     return text
 
 
-def resolve_all(pins_dir: Path, names: list[str], resolver: Resolver) -> dict[str, str]:
+def resolve_all(
+    pins_dir: Path, names: list[str], resolver: Resolver, upgrade: Upgrade = NO_UPGRADE
+) -> dict[str, str]:
     """Rendered locks of the named sets (all by default), resolved in parallel: uv mostly waits."""
     selected = load_inputs(pins_dir).select(names)
+    # --upgrade takes nothing from the committed locks, not even their files.
+    previous = {s.name: None if upgrade.all else committed_lock(pins_dir, s.name) for s in selected}
+    if unknown := upgrade.unknown(previous.values()):
+        sets = ", ".join(previous)
+        raise HaloError(
+            f"--upgrade-package {unknown[0]}: no package of that name in the locks of {sets}"
+        )
     with ThreadPoolExecutor(max_workers=max(1, len(selected))) as pool:
-        texts = list(pool.map(lambda s: render(s, pins_dir, resolver), selected))
+        texts = list(
+            pool.map(lambda s: render(s, pins_dir, resolver, upgrade, previous[s.name]), selected)
+        )
     return {s.name: t for s, t in zip(selected, texts, strict=True)}
 
 
-def write_locks(pins_dir: Path, names: list[str], resolver: Resolver) -> dict[str, bool]:
+def write_locks(
+    pins_dir: Path, names: list[str], resolver: Resolver, upgrade: Upgrade = NO_UPGRADE
+) -> dict[str, bool]:
     """Resolve every named set first, then write: a failure leaves every lock untouched.
 
     Returns {set: whether its lock changed}.
     """
     from halo.atomic import write_text
 
-    texts = resolve_all(pins_dir, names, resolver)
+    texts = resolve_all(pins_dir, names, resolver, upgrade)
     changed = {}
     for name, text in texts.items():
         path = lock_path(pins_dir, name)
@@ -66,10 +109,16 @@ def write_locks(pins_dir: Path, names: list[str], resolver: Resolver) -> dict[st
     return changed
 
 
-def check_locks(pins_dir: Path, names: list[str], resolver: Resolver) -> dict[str, str]:
-    """{set: unified diff} for every named set whose committed lock differs from a re-lock."""
+def check_locks(
+    pins_dir: Path, names: list[str], resolver: Resolver, upgrade: Upgrade = NO_UPGRADE
+) -> dict[str, str]:
+    """{set: unified diff} for every named set whose committed lock differs from a re-lock.
+
+    The re-lock prefers the committed pins, so only inputs that the lock no longer satisfies
+    (or an upgrade asked for) show as drift, never a newer file on the index.
+    """
     drift = {}
-    for name, text in resolve_all(pins_dir, names, resolver).items():
+    for name, text in resolve_all(pins_dir, names, resolver, upgrade).items():
         path = lock_path(pins_dir, name)
         old = path.read_text() if path.is_file() else ""
         if old != text:

@@ -1,9 +1,12 @@
 """Resolve a pin set into a Lock. The network side is one class, `UvResolver`, behind `Resolver`.
 
-uv runs twice per set with identical inputs: once for PEP 751 output (the candidate files,
-their sha256 and sizes) and once for annotated requirements (who pulls in whom). Both are
-turned into a Lock by `build_lock`, a pure function, which keeps only the artifact the
-target installs and drops every URL.
+uv runs twice per set. First for annotated requirements (who pulls in whom), with the
+committed lock's pins as preferences, as uv lock and pip-compile do: a lock moves only when
+its inputs change or an upgrade is asked for, never because the index learned something
+(a mirror may serve a file later with an earlier upload time). Then for PEP 751 output (the
+candidate files, their sha256 and sizes), constrained to exactly the first resolution, so
+the two cannot disagree. Both are turned into a Lock by `build_lock`, a pure function,
+which keeps only the artifact the target installs and drops every URL.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -42,8 +45,71 @@ class Resolution:
     annotated: str
 
 
+@dataclass(frozen=True)
+class Upgrade:
+    """What may move past the committed lock: everything, or the named packages."""
+
+    all: bool = False
+    packages: frozenset[str] = frozenset()
+
+    def allows(self, name: str) -> bool:
+        return self.all or normalize(name) in {normalize(p) for p in self.packages}
+
+    def unknown(self, locks: Iterable[Lock | None]) -> list[str]:
+        """Pure: the named packages that none of these locks holds (a typo moves nothing)."""
+        if self.all:
+            return []
+        held = {normalize(p.name) for lock in locks if lock for p in lock.packages}
+        return sorted(name for name in self.packages if normalize(name) not in held)
+
+    def uv_args(self) -> list[str]:
+        # uv's own flags too: they also refresh its cached index pages for what may move.
+        if self.all:
+            return ["--upgrade"]
+        return [a for name in sorted(self.packages) for a in ("--upgrade-package", name)]
+
+
+NO_UPGRADE = Upgrade()
+
+
+@dataclass(frozen=True)
+class Preferences:
+    """The committed lock's pins a re-resolution keeps where the inputs still allow them.
+
+    Soft: uv drops a preference that no longer satisfies the inputs.
+    """
+
+    pins: tuple[tuple[str, str], ...] = ()
+    upgrade: Upgrade = Upgrade()
+
+    def requirements_txt(self) -> str:
+        """uv reads an existing `-o requirements.txt` as its preferences."""
+        return "".join(f"{name}=={version}\n" for name, version in self.pins)
+
+
+def preferences(lock: Lock | None, upgrade: Upgrade = Upgrade()) -> Preferences:
+    """Pure: the committed lock (if any) -> the pins to prefer, minus what may be upgraded."""
+    if lock is None:
+        return Preferences(upgrade=upgrade)
+    pins = tuple(
+        (p.name, p.version)
+        for p in sorted(lock.packages, key=lambda p: p.name)
+        if not upgrade.allows(p.name)
+    )
+    return Preferences(pins=pins, upgrade=upgrade)
+
+
+def exact_pins(annotated: str) -> str:
+    """Pure: annotated requirements -> `name==version` constraints that allow only them."""
+    return "".join(
+        f"{name}=={version}\n" for name, (version, _) in parse_annotated(annotated).items()
+    )
+
+
 class Resolver(Protocol):
-    def resolve(self, inputs: SetInputs, pins_dir: Path) -> Resolution: ...
+    def resolve(
+        self, inputs: SetInputs, pins_dir: Path, prefer: Preferences = Preferences()
+    ) -> Resolution: ...
 
 
 def uv_args(
@@ -71,6 +137,28 @@ def uv_args(
     for folder in substitutes:
         args += ["--find-links", str(folder)]
     return args
+
+
+def uv_indexes(indexes: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The indexes as uv takes them, and the environment that carries their credentials.
+
+    One with a user part (``https://user:TOKEN@host/simple/``) becomes a named index
+    (``halo0=https://host/simple/``) whose credentials uv reads from its own
+    ``UV_INDEX_HALO0_USERNAME`` / ``_PASSWORD``: never on the command line (which ``ps`` shows)
+    and never in a line uv or halo prints.
+    """
+    from halo.urls import split_userinfo
+
+    args, env = [], {}
+    for i, url in enumerate(indexes):
+        bare, creds = split_userinfo(url)
+        if creds is None:
+            args.append(url)
+            continue
+        args.append(f"halo{i}={bare}")
+        env[f"UV_INDEX_HALO{i}_USERNAME"] = creds.username
+        env[f"UV_INDEX_HALO{i}_PASSWORD"] = creds.password
+    return args, env
 
 
 def _uv_env() -> dict[str, str]:
@@ -109,7 +197,9 @@ class UvResolver:
 
     uv: str = "uv"
 
-    def resolve(self, inputs: SetInputs, pins_dir: Path) -> Resolution:
+    def resolve(
+        self, inputs: SetInputs, pins_dir: Path, prefer: Preferences = Preferences()
+    ) -> Resolution:
         from halo.sources import index_urls, substitute_dirs
 
         uv = shutil.which(self.uv)
@@ -121,22 +211,46 @@ class UvResolver:
             if inputs.exclude:
                 excludes = Path(tmp) / "excludes.txt"
                 excludes.write_text("".join(f"{name}\n" for name in inputs.exclude))
-            base = uv_args(inputs, _indexes(index_urls), substitutes, excludes)
-            pylock = Path(tmp) / "pylock.toml"
-            runs = (
-                [*base, "-o", str(pylock)],
-                [*base, "--no-header", "--annotation-style", "split"],
+            indexes, creds_env = uv_indexes(_indexes(index_urls))
+            base = uv_args(inputs, indexes, substitutes, excludes)
+            annotated = Path(tmp) / "requirements.txt"
+            annotated.write_text(prefer.requirements_txt())
+            annotate = ["--no-header", "--annotation-style", "split", "-o", str(annotated)]
+            self._run(
+                uv,
+                [*base, *prefer.upgrade.uv_args(), *annotate],
+                inputs,
+                pins_dir,
+                substitutes,
+                creds_env,
             )
-            outputs = []
-            for args in runs:
-                proc = subprocess.run(
-                    [uv, *args], cwd=pins_dir, env=_uv_env(), capture_output=True, text=True
-                )
-                if proc.returncode != 0:
-                    say(proc.stderr.rstrip())
-                    raise _uv_failure(inputs, proc.stderr, substitutes)
-                outputs.append(proc.stdout)
-            return Resolution(pylock=pylock.read_text(), annotated=outputs[1])
+            # The file list for exactly that resolution: every package pinned as a constraint.
+            resolved = Path(tmp) / "resolved.txt"
+            resolved.write_text(exact_pins(annotated.read_text()))
+            pylock = Path(tmp) / "pylock.toml"
+            exact = ["--constraints", str(resolved), "-o", str(pylock)]
+            self._run(uv, [*base, *exact], inputs, pins_dir, substitutes, creds_env)
+            return Resolution(pylock=pylock.read_text(), annotated=annotated.read_text())
+
+    @staticmethod
+    def _run(
+        uv: str,
+        args: list[str],
+        inputs: SetInputs,
+        pins_dir: Path,
+        substitutes: list[Path],
+        creds_env: dict[str, str],
+    ) -> None:
+        proc = subprocess.run(
+            [uv, *args],
+            cwd=pins_dir,
+            env={**_uv_env(), **creds_env},
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            say(proc.stderr.rstrip())
+            raise _uv_failure(inputs, proc.stderr, substitutes)
 
 
 def parse_annotated(text: str) -> dict[str, tuple[str, list[str]]]:
@@ -190,8 +304,25 @@ def _artifact(entry: dict, local_size: Callable[[str], int | None]) -> Artifact:
     return Artifact(file=_filename(entry), sha256=sha, size=size)
 
 
+def _kept_file(
+    previous: Lock | None, name: str, version: str, offered: dict[str, dict], choosable: Callable
+) -> str | None:
+    """The committed lock's file for this very release, if still offered with the same hash
+    and installable: a wheel the index adds later for a locked version does not move it."""
+    old = previous.package(name) if previous else None
+    if old is None or old.version != version or len(old.artifacts) != 1:
+        return None
+    art = old.artifacts[0]
+    entry = offered.get(art.file)
+    sha = (entry.get("hashes") or {}).get("sha256") if entry else None
+    return art.file if sha == art.sha256 and choosable(art.file) else None
+
+
 def build_lock(
-    inputs: SetInputs, resolution: Resolution, local_size: Callable[[str], int | None]
+    inputs: SetInputs,
+    resolution: Resolution,
+    local_size: Callable[[str], int | None],
+    previous: Lock | None = None,
 ) -> Lock:
     """Pure: the resolver's output -> the Lock, one chosen artifact per package, no URLs."""
     try:
@@ -200,6 +331,7 @@ def build_lock(
         raise HaloError(f"uv output: pylock.toml is not TOML ({exc})") from None
     graph = parse_annotated(resolution.annotated)
     _, minor = inputs.glibc
+    target = (inputs.python, minor, inputs.arch)
     packages = []
     for raw in pylock.get("packages", []):
         name = normalize(raw["name"])
@@ -209,7 +341,15 @@ def build_lock(
         wheels = {_filename(w): w for w in raw.get("wheels", [])}
         sdist = raw.get("sdist")
         sdist_name = _filename(sdist) if sdist else None
-        chosen = choose(sorted(wheels), sdist_name, inputs.python, minor, inputs.arch)
+        offered = {**wheels, **({sdist_name: sdist} if sdist_name else {})}
+
+        def installable(file: str, wheels: dict = wheels) -> bool:
+            # An sdist builds anywhere; a wheel only where its tags fit the target.
+            return file not in wheels or choose([file], None, *target) == file
+
+        chosen = _kept_file(previous, name, version, offered, installable) or choose(
+            sorted(wheels), sdist_name, *target
+        )
         if chosen is None:
             raise HaloError(
                 f"pins/sets.toml: [set.{inputs.name}]: {name} {version} has no file that installs "

@@ -7,13 +7,13 @@ Exit codes: 0 every check passed; 1 a check failed (one line per failure on stde
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import time
 from pathlib import Path
 
-VENVS_ENV = "HALO_STACK_VENVS"
+from halo.paths import VENVS_ENV, venvs_root
+
 NO_GPU = (
     "no GPU is used or claimed: these checks install, import, link and parse; "
     "no CUDA kernel runs (the gpu tiers stay skipped without a GPU)"
@@ -60,16 +60,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     inst.add_argument("prefix", metavar="PREFIX", type=Path, help="the venv to create")
     inst.add_argument("--fresh", action="store_true", help="reinstall even an up-to-date venv")
     inst.set_defaults(func=_install)
-
-
-def venvs_root(explicit: Path | None) -> Path:
-    from halo.paths import scratch_root
-
-    if explicit is not None:
-        return explicit
-    if env := os.environ.get(VENVS_ENV):
-        return Path(env)
-    return scratch_root() / "stacks"
 
 
 def _verify(args: argparse.Namespace) -> int:

@@ -1,8 +1,9 @@
 """Which CPython builds a set's venv: configuration, then PATH. Never a path of this machine.
 
-``HALO_PYTHON_3_12`` (the set's version, dots as underscores) names an interpreter;
-otherwise the first ``python3.12`` on PATH that really runs and is CPython 3.12 (a pyenv
-shim for a version that is not selected exits 127 and is skipped).
+``HALO_PYTHON_3_11`` (the set's version, dots as underscores: every set is CPython 3.11,
+Debian 12's) names an interpreter; otherwise the first ``python3.11`` on PATH that really
+runs and is CPython 3.11 (a pyenv shim for a version that is not selected exits 127 and is
+skipped).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def _matches(found: tuple[str, str] | None, version: str) -> bool:
 
 
 def find_python(version: str, env: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """(interpreter, full version) of a CPython ``version`` (e.g. "3.12")."""
+    """(interpreter, full version) of a CPython ``version`` (e.g. "3.11")."""
     env = os.environ if env is None else env
     var = env_var(version)
     if chosen := env.get(var):

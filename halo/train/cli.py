@@ -145,6 +145,7 @@ def launch(args: argparse.Namespace) -> int:
     from halo.report import table
     from halo.train import config, launcher, registry
     from halo.train import preflight as pf
+    from halo.urls import redact_text
 
     reg = registry.default()
     if args.list:
@@ -188,7 +189,8 @@ def launch(args: argparse.Namespace) -> int:
             f"# launcher: {plan.launcher}, {where}{plan.nproc} process(es), "
             f"gradient accumulation {plan.accumulation}"
         )
-        print(f"command: {(env + ' ') if env else ''}{shlex.join(plan.argv)}")
+        shown = redact_text(shlex.join(plan.argv))  # an override may carry a URL's token
+        print(f"command: {(env + ' ') if env else ''}{shown}")
         print(f"checkpoints: {cfg.job_dir}")
         print(f"logs: {cfg.log_dir / 'metrics.jsonl'}")
         print("# preflight")

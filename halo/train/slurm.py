@@ -11,10 +11,11 @@ rendezvous on the first node of the allocation assigns the node ranks.
 
 Signals: `#SBATCH --signal=TERM@GRACE` (no `B:`) makes Slurm send SIGTERM, GRACE seconds
 before the time limit, to every process of every job step (slurmstepd signals the step's
-whole process tree), so the trainer ranks get it directly, as do `halo launch` and torchrun;
-the ranks finish their batch, write one emergency checkpoint and exit 0. `B:` would signal
-only the batch shell, which does not forward it to srun's tasks. torchrun, on its own
-SIGTERM, gives its workers 30 s before it kills them: an emergency checkpoint must fit that.
+whole process tree): `halo launch`, torchrun and the trainer ranks. torchrun runs with
+SIGTERM blocked (halo.train.supervise), so it does not start its 30-second kill of the
+workers; the ranks finish their batch, write one emergency checkpoint and exit 0, and the
+step with them. `B:` would signal only the batch shell, which does not forward it to srun's
+tasks.
 """
 
 from __future__ import annotations

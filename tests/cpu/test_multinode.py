@@ -8,10 +8,12 @@ recording `Scheduler` (the interface `halo.train.slurm.Sbatch` implements).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -40,13 +42,13 @@ def losses(tmp: Path) -> list[float]:
 
 
 def start_nodes(
-    tmp: Path, *extra: str, nodes: int = 2, rdzv_id: str = "t"
+    tmp: Path, *extra: str, nodes: int = 2, started: int | None = None, rdzv_id: str = "t"
 ) -> list[subprocess.Popen[str]]:
-    """``nodes`` torchrun agents on this host, one process each, meeting through c10d on
-    127.0.0.1 (each its own `halo launch`, as on separate machines)."""
+    """``started`` (default all) of ``nodes`` torchrun agents on this host, one process each,
+    meeting through c10d on 127.0.0.1 (each its own `halo launch`, as on separate machines)."""
     port = free_port()
     procs = []
-    for n in range(nodes):
+    for n in range(nodes if started is None else started):
         log = (tmp / f"node{n}.log").open("w")
         cmd = halo_cmd(
             "launch", "sft", str(SFT), "--nnodes", str(nodes), "--nproc-per-node", "1",
@@ -146,6 +148,60 @@ def test_a_rank_that_dies_takes_the_job_down_with_a_line_naming_it(tmp_path: Pat
     assert all(c != 0 for c in codes), out
     line = [ln for ln in out.splitlines() if ln.startswith("halo launch: rank 1 ")]
     assert line and "failed with exit code -9" in line[0], out
+
+
+def _tree(pid: int) -> list[int]:
+    out = [pid]
+    for child in supervise.children(pid):
+        out += _tree(child)
+    return out
+
+
+def test_sigterm_to_every_process_of_both_nodes_saves_once_and_exits_0(tmp_path: Path) -> None:
+    # What Slurm's `--signal=TERM@grace` does: SIGTERM to every process of the step on each
+    # node (halo launch, torchrun, the trainer), not only to the top one.
+    procs = start_nodes(
+        tmp_path, "--training.max_steps=1000", "--epochs=200", "--checkpoint.every_steps=0",
+        rdzv_id="term",
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        rows = tmp_path / "logs" / "tiny-sft" / "metrics.jsonl"
+        while not (rows.is_file() and rows.read_text().count("\n") >= 2):
+            assert time.monotonic() < deadline, node_logs(tmp_path)
+            assert all(p.poll() is None for p in procs), node_logs(tmp_path)
+            time.sleep(0.5)
+        for pid in [q for p in procs for q in _tree(p.pid)]:
+            os.kill(pid, signal.SIGTERM)
+        codes = wait_all(procs, 180)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    out = node_logs(tmp_path)
+    assert codes == [0, 0], out
+    assert out.count("writing an emergency checkpoint") == 1, out
+    (saved,) = (tmp_path / "ck" / "tiny-sft").iterdir()
+    meta = json.loads((saved / "meta.json").read_text())
+    assert meta["reason"] == "signal" and meta["world_size"] == 2, meta
+    # Resubmitted: rank 0 picks that checkpoint and every rank of both nodes loads it.
+    for log in tmp_path.glob("node*.log"):
+        log.unlink()
+    step = meta["step"]
+    again = start_nodes(tmp_path, f"--training.max_steps={step + 1}", rdzv_id="term2")
+    assert wait_all(again, 300) == [0, 0], node_logs(tmp_path)
+    out = node_logs(tmp_path)
+    assert f"resumed from {saved} (step {step})" in out, out
+    assert f"step {step + 1}/{step + 1}" in out, out
+
+
+def test_a_node_that_never_joins_is_an_error_within_the_join_timeout(tmp_path: Path) -> None:
+    # One agent of two: the other never comes.
+    (proc,) = start_nodes(tmp_path, "--runtime.rdzv.join_timeout_s=5", started=1)
+    codes = wait_all([proc], 120)
+    out = node_logs(tmp_path)
+    assert codes == [1], out
+    assert out.splitlines()[-1].startswith("halo launch: the rendezvous timed out"), out
 
 
 # --- the batch rule and the launch command ---------------------------------------------------
@@ -351,3 +407,20 @@ Root Cause (first observed failure):
         "Signal 9 (SIGKILL) received by PID 77; the job is stopped"
     )
     assert supervise.failed_rank(["nothing\n"]) is None
+
+
+def test_slurm_dry_run_and_the_batch_rule_need_no_torch(tmp_path: Path) -> None:
+    # A login node: halo and its base dependencies, no training stack.
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from halo.cli import main\n"
+        f"raise SystemExit(main(['launch', 'sft', {str(SFT)!r}, '--slurm', '--nodes', '2',"
+        f" '--dry-run', '--', '--runtime.paths.checkpoints={tmp_path}/ck',"
+        f" '--runtime.paths.logs={tmp_path}/logs']))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=halo_env(), capture_output=True, text=True, check=False
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("#!/bin/bash\n") and "srun --nodes=2" in r.stdout
+    assert list(tmp_path.iterdir()) == []

@@ -3,7 +3,7 @@
 Nothing here fakes a compiler: a "toolchain" is the locked wheels installed by the install
 step (the cuda-builder set for CUDA sources, a few wheels of the cpu set for C sources),
 and builds run natively in network-less namespaces or in Docker. What is missing on a host
-(CPython 3.12, namespaces, the wheels) is a skip that says so.
+(the set's CPython 3.11, namespaces, the wheels) is a skip that says so.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def small_toolchain() -> Toolchain:
 
 
 def cuda_toolchain() -> Toolchain:
-    """The cuda-builder set (nvcc, CUDA headers, torch) on CPython 3.12, natively."""
+    """The cuda-builder set (nvcc, CUDA headers, torch) on its CPython (3.11), natively."""
     lock = load_lock(REPO / "pins" / "pylock.cuda-builder.toml")
     python = python_or_skip(lock.python)
     fetched_or_skip("cuda-builder")

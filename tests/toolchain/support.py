@@ -52,11 +52,20 @@ class LocalIndex:
         return f"http://127.0.0.1:{self.server.server_address[1]}/simple/"
 
     def add(
-        self, project: str, filename: str, data: bytes, listed_sha256: str | None = None
+        self,
+        project: str,
+        filename: str,
+        data: bytes,
+        listed_sha256: str | None = None,
+        upload_time: str | None = None,
     ) -> str:
+        """Serve ``filename``; ``upload_time`` (PEP 700, ISO 8601) is what exclude-newer reads."""
         self.files.setdefault(project, {})[filename] = data
         self._listed = getattr(self, "_listed", {})
         self._listed[filename] = listed_sha256 or hashlib.sha256(data).hexdigest()
+        self._uploaded = getattr(self, "_uploaded", {})
+        if upload_time:
+            self._uploaded[filename] = upload_time
         return hashlib.sha256(data).hexdigest()
 
     def _handler(self) -> type[http.server.BaseHTTPRequestHandler]:
@@ -66,19 +75,33 @@ class LocalIndex:
             def log_message(self, *args: object) -> None:
                 pass
 
+            def do_HEAD(self) -> None:
+                # uv probes wheels for range requests; no Accept-Ranges: it downloads them whole.
+                self._head_only = True
+                self.do_GET()
+
             def do_GET(self) -> None:
                 parts = [p for p in self.path.split("/") if p]
                 if len(parts) == 2 and parts[0] == "simple" and parts[1] in index.files:
+                    uploaded = getattr(index, "_uploaded", {})
                     files = [
                         {
                             "filename": f,
                             "url": f"/files/{f}",
                             "hashes": {"sha256": index._listed[f]},
+                            # PEP 700 fields, only where an upload time was given.
+                            **(
+                                {"upload-time": uploaded[f], "size": len(data)}
+                                if f in uploaded
+                                else {}
+                            ),
                         }
-                        for f in index.files[parts[1]]
+                        for f, data in index.files[parts[1]].items()
                     ]
+                    # PEP 700 (1.1) is the version that carries upload times.
+                    api = "1.1" if any(f in uploaded for f in index.files[parts[1]]) else "1.0"
                     body = json.dumps(
-                        {"meta": {"api-version": "1.0"}, "name": parts[1], "files": files}
+                        {"meta": {"api-version": api}, "name": parts[1], "files": files}
                     ).encode()
                     self._send(200, body, "application/vnd.pypi.simple.v1+json")
                     return
@@ -96,6 +119,8 @@ class LocalIndex:
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
+                if getattr(self, "_head_only", False):
+                    return
                 self.wfile.write(body[:sent])
                 if sent is not None and sent < len(body):
                     self.close_connection = True

@@ -35,8 +35,8 @@ def lock(name: str, *packages: Package, allow: tuple[str, ...] = ()) -> Lock:
     # Every package is a requirement of its own: the closure rule holds by construction.
     return Lock(
         set=name,
-        python="3.12",
-        platform="x86_64-manylinux_2_39",
+        python="3.11",
+        platform="x86_64-manylinux_2_36",
         inputs_sha256=SHA,
         packages=packages,
         extra={

@@ -153,8 +153,8 @@ def test_uv_is_told_everything_explicitly() -> None:
     joined = " ".join(args)
     assert args[:4] == ["pip", "compile", "--no-config", "--quiet"]
     for expected in (
-        "--python-version 3.12",
-        "--python-platform x86_64-manylinux_2_39",
+        "--python-version 3.11",
+        "--python-platform x86_64-manylinux_2_36",
         f"--exclude-newer {inputs.exclude_newer}",
         "--prerelease disallow",
         "--prerelease-package flash-attn-4=allow",

@@ -24,11 +24,11 @@ def test_cpu_tier_must_name_a_checked_set(tmp_path: Path) -> None:
 
 
 def test_missing_interpreter_is_one_error_line(tmp_path: Path) -> None:
-    env = {"PATH": str(tmp_path), "HALO_PYTHON_3_12": "", "HALO_STORE": str(tmp_path / "s")}
+    env = {"PATH": str(tmp_path), "HALO_PYTHON_3_11": "", "HALO_STORE": str(tmp_path / "s")}
     proc = halo("stack", "verify", "hopper", "--venvs", str(tmp_path / "v"), cwd=REPO, env=env)
     assert proc.returncode == 2
     assert (
         proc.stderr.strip()
         .splitlines()[-1]
-        .startswith("halo: error: no CPython 3.12 found: set HALO_PYTHON_3_12")
+        .startswith("halo: error: no CPython 3.11 found: set HALO_PYTHON_3_11")
     )

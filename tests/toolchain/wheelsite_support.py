@@ -18,13 +18,13 @@ from halo.errors import HaloError
 from halo.paths import cache_home
 from halo.pins.artifacts import manylinux_platforms
 
-# The images run CPython 3.12 on glibc 2.39 x86_64; fetch the wheels they would install.
+# The images run CPython 3.11 on glibc 2.36 x86_64 (Debian 12); fetch the wheels they would install.
 # pip takes --platform literally, so every manylinux tag that glibc accepts is listed, in the
 # order the lock's own wheel choice (halo.pins.artifacts) ranks them.
 TARGET = (
     "--python-version",
-    "3.12",
-    *(arg for tag in manylinux_platforms(39, "x86_64") for arg in ("--platform", tag)),
+    "3.11",
+    *(arg for tag in manylinux_platforms(36, "x86_64") for arg in ("--platform", tag)),
     "--only-binary",
     ":all:",
 )
