@@ -173,14 +173,18 @@ def test_halo_cpu_sqsh_unpacks_to_the_image_and_trains_in_a_chroot(
     (root / "workspace" / "repo").mkdir()
     script = (
         f"mount --bind {REPO} {root}/workspace/repo && mount -t proc proc {root}/proc && "
+        # /dev as the container runtimes give it (torch reads /dev/urandom); a /tmp of its own.
+        f"mount --rbind /dev {root}/dev && mount -t tmpfs tmpfs {root}/tmp && "
         f"exec chroot {root} /usr/bin/env -i $(cat {root}/etc/environment) HOME=/tmp "
         "OMP_NUM_THREADS=1 /bin/sh -c 'cd /workspace && halo launch sft "
         "repo/examples/sft/config.yaml -- --training.max_steps=3 "
-        "--runtime.paths.checkpoints=/tmp/ck --runtime.paths.logs=/tmp/logs'"
+        "--runtime.paths.checkpoints=/workspace/out/ck --runtime.paths.logs=/workspace/out/logs'"
     )
     proc = subprocess.run(["unshare", "--mount", "--pid", "--fork", "--net", "sh", "-c", script],
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "step 3/3" in out and "checkpoint: writing r1_epoch_0_step_3 (final)" in out, out
-    assert (root / "tmp" / "ck" / "tiny-sft" / "r1_epoch_0_step_3" / "meta.json").exists()
+    assert (
+        root / "workspace" / "out" / "ck" / "tiny-sft" / "r1_epoch_0_step_3" / "meta.json"
+    ).exists()
