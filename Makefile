@@ -116,3 +116,28 @@ push-public-vllm: ## publish vllm-server, check anonymous pulls
 	$(HALO) image push vllm --verify-public $(if $(REGISTRY),--registry $(REGISTRY))
 push-public-sglang: ## publish sglang-server, check anonymous pulls
 	$(HALO) image push sglang --verify-public $(if $(REGISTRY),--registry $(REGISTRY))
+# Jobs with a lifecycle (halo job): JOB= names one; CONFIG=, BACKEND=docker|slurm, VENV= start one.
+JOB ?=
+BACKEND ?= docker
+KEEP ?= 2
+.PHONY: job-start job-status job-logs job-stop job-restart job-clean test-slurm stack-install \
+	image-export
+job-start: ## start a detached job: CONFIG=… [BACKEND=docker|slurm VENV=dir EXTRA="--k=v …"]
+	$(if $(CONFIG),,$(error make job-start: CONFIG=path/to/config.yaml is required))
+	$(HALO) job start $(CONFIG) --method $(METHOD) --backend $(BACKEND) $(if $(VENV),--venv $(VENV)) $(if $(EXTRA),-- $(EXTRA))
+job-status: ## every job's state (JOB= for one)
+	$(HALO) job status $(JOB)
+job-logs: ## a job's log: JOB=… [FOLLOW=1]
+	$(HALO) job logs $(JOB) $(if $(FOLLOW),-f)
+job-stop: ## graceful stop: SIGTERM, the emergency checkpoint within the grace period (JOB=…)
+	$(HALO) job stop $(JOB)
+job-restart: ## stop if running, start again: it resumes (JOB=…)
+	$(HALO) job restart $(JOB)
+job-clean: ## keep a job's newest KEEP checkpoints: dry run; FORCE=1 removes (JOB=… KEEP=2)
+	$(HALO) job clean $(JOB) --keep $(KEEP) $(if $(FORCE),--force)
+test-slurm: ## the Slurm end-to-end tests (start a cluster with ci/slurm-cluster.sh first)
+	$(NOX) -s test-slurm
+stack-install: ## the locked stack + halo as a venv, no Docker: SET=cpu PREFIX=dir
+	$(HALO) stack install $(or $(SET),cpu) $(or $(PREFIX),$(error make stack-install: PREFIX=dir is required))
+image-export: ## an image for Enroot or Apptainer: NAME=cpu FORMAT=sqsh|sif OUT=file
+	$(HALO) image export $(or $(NAME),cpu) --format $(or $(FORMAT),sqsh) $(or $(OUT),$(error make image-export: OUT=file is required))

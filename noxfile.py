@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -180,6 +181,21 @@ for _tier_name, _image in (
     _tier(_tier_name, _image)
 
 
+@nox.session(name="test-slurm", python=PYTHON)
+def test_slurm(session: nox.Session) -> None:
+    """The Slurm end-to-end tests on a running cluster (eval "$(ci/slurm-cluster.sh start)").
+
+    The nodes train from `halo stack install cpu` (under $HALO_SLURM_VENV or
+    <scratch>/stacks/cpu-slurm; reused while the lock and install step are unchanged).
+    """
+    _halo(session)
+    scratch = os.environ.get("HALO_SCRATCH") or str(Path.home() / ".cache/halo/scratch")
+    venv = os.environ.get("HALO_SLURM_VENV") or f"{scratch}/stacks/cpu-slurm"
+    session.run("halo", "fetch", "cpu")
+    session.run("halo", "stack", "install", "cpu", venv)
+    session.run("pytest", "tests/slurm", *session.posargs, env={"HALO_SLURM_VENV": venv})
+
+
 @nox.session(name="stack-check", python=PYTHON)
 def stack_check(session: nox.Session) -> None:
     """Install GPU locks as their images do and prove them, no GPU (-- SET... [halo stack verify options]).
@@ -344,6 +360,8 @@ def ci(session: nox.Session) -> None:
     session.notify("build-cpu")
     session.notify("test-toolchain")
     session.notify("test-cpu")
+    # A real two-node Slurm cluster (.ci/run starts it): DDP across nodes, signals, resume.
+    session.notify("test-slurm")
     # The GPU stacks installed as their images install them, proven without a GPU, one venv at
     # a time (about 6 GB each, removed once checked); the CPU tier also runs on blackwell's.
     session.notify("stack-check", [*STACK_SETS, "--cpu-tier", "blackwell", "--clean"])

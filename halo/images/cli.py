@@ -60,6 +60,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--all", action="store_true", help="every image in the catalog")
     p.set_defaults(func=_verify)
 
+    p = isub.add_parser(
+        "export",
+        help="write a built image as an Enroot squashfs or an Apptainer SIF (same image, same bytes)",
+    )
+    p.add_argument("name", metavar="NAME", help="a catalog name (cpu) or an image reference")
+    p.add_argument("--format", required=True, choices=("sqsh", "sif"))
+    p.add_argument("out", metavar="OUT", type=Path)
+    p.set_defaults(func=_export)
+
     from halo.images import publish_cli
 
     publish_cli.register(isub)  # stage, promote, push, verify-public, ecr-public-login
@@ -107,6 +116,28 @@ def _build(args: argparse.Namespace) -> int:
         built.append(result)
     print(report(built, Docker.discover()))
     remember(catalog)
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    import hashlib
+
+    from halo.images.catalog import load_catalog
+    from halo.images.docker import Docker
+    from halo.images.export import export
+    from halo.paths import find_repo
+
+    ref = args.name
+    if ":" not in ref and "/" not in ref:
+        ref = load_catalog(find_repo()).image(ref).moving_ref
+    docker = Docker.discover()
+    docker.ping()
+    out = export(docker, ref, args.format, args.out)
+    digest = hashlib.sha256()
+    with out.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    print(f"{out}: {ref} as {args.format}, {out.stat().st_size} bytes, sha256 {digest.hexdigest()}")
     return 0
 
 

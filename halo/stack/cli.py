@@ -50,6 +50,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="also run the CPU tier natively in this set's venv (repeatable)",
     )
     verify.set_defaults(func=_verify)
+    inst = sub.add_parser(
+        "install",
+        help="install a set's locked stack and halo as a venv (a host without Docker)",
+        description="The images' own install step, offline from the store (run `halo fetch SET` "
+        "first), with the set's CPython; then PREFIX/bin/halo launch ... trains natively.",
+    )
+    inst.add_argument("set", metavar="SET", help="pin set (e.g. cpu, blackwell)")
+    inst.add_argument("prefix", metavar="PREFIX", type=Path, help="the venv to create")
+    inst.add_argument("--fresh", action="store_true", help="reinstall even an up-to-date venv")
+    inst.set_defaults(func=_install)
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -106,3 +116,37 @@ def _verify(args: argparse.Namespace) -> int:
     for line in failures:
         print(f"halo: stack: {line}", file=sys.stderr)
     return 1 if failures else 0
+
+
+def _install(args: argparse.Namespace) -> int:
+    from halo.paths import Layout, find_repo, store_root
+    from halo.pins.lockfile import load_lock
+    from halo.report import say
+    from halo.stack.interpreter import find_python
+    from halo.stack.prefix import install_prefix
+    from halo.stack.spec import spec_for
+    from halo.stack.verify import Inputs
+    from halo.store.store import Store
+
+    layout = Layout(find_repo())
+    spec = spec_for(args.set)
+    lock = load_lock(layout.lock(args.set))
+    python, version = find_python(lock.python)
+    prefix = args.prefix.resolve()
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    inputs = Inputs(
+        spec=spec,
+        lock=lock,
+        store=Store(store_root()),
+        python=python,
+        python_version=version,
+        venv=prefix,
+        patches=layout.patches,
+        images=layout.images,
+        repo=layout.repo,
+    )
+    start = time.monotonic()
+    for line in install_prefix(inputs, args.fresh):
+        say(f"halo stack install: {args.set}: {line}")
+    say(f"halo stack install: {prefix} ready in {time.monotonic() - start:.0f}s: {prefix}/bin/halo")
+    return 0

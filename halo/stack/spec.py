@@ -35,6 +35,7 @@ def spec_for(set_name: str, policy: Policy | None = None) -> StackSpec:
     policy = policy or Policy()
     below_2 = set_name in policy.numpy_below_2
     specs = {
+        "cpu": StackSpec("cpu", _TRAINING, numpy_below_2=below_2),
         "blackwell": StackSpec(
             "blackwell", (*_TRAINING, "flash_attn.cute", "cutlass.cute"), numpy_below_2=below_2
         ),

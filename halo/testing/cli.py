@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 
@@ -26,6 +27,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--cuda-devices", default="all", help="GPU indices for the container (0,1)")
     p.add_argument("--server-tier", choices=("dense", "moe"), help="rollout server config")
+    p.add_argument(
+        "--read-only",
+        action="store_true",
+        help="docker run --read-only: only scratch and /tmp writable (as Enroot/Apptainer run it)",
+    )
+    p.add_argument("--user", help="docker run --user UID:GID (default: this host's user)")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="after --: passed to pytest")
     p.set_defaults(func=_test)
 
@@ -54,6 +61,8 @@ def _test(args: argparse.Namespace) -> int:
     late.add_argument("--fabric", choices=("none", "efa"), default=args.fabric)
     late.add_argument("--cuda-devices", default=args.cuda_devices)
     late.add_argument("--server-tier", choices=("dense", "moe"), default=args.server_tier)
+    late.add_argument("--read-only", action="store_true", default=args.read_only)
+    late.add_argument("--user", default=args.user)
     opts, unknown = late.parse_known_args(rest[:cut])
     if opts.native and opts.image:
         late.error("--native and --image exclude each other")
@@ -61,6 +70,10 @@ def _test(args: argparse.Namespace) -> int:
     if (opts.serve or opts.model) and not t.server:
         late.error("--serve and --model are for the rollout tiers")
     extra = [*unknown, *rest[cut + 1 :]]
+    if (opts.read_only or opts.user) and args.native:
+        late.error("--read-only and --user are docker run flags: not with --native")
+    if opts.user and not re.fullmatch(r"\d+:\d+", opts.user):
+        late.error(f"--user: expected UID:GID (numbers), got {opts.user!r}")
     image = (
         None
         if args.native
@@ -71,6 +84,8 @@ def _test(args: argparse.Namespace) -> int:
         fabric=opts.fabric,
         cuda_devices=opts.cuda_devices,
         server_tier=opts.server_tier or "",
+        read_only=opts.read_only,
+        user=opts.user,
     )
     return run_tier(
         t, image, scratch_root(), extra, serve=opts.serve, model=opts.model, place=place

@@ -2,7 +2,8 @@
 
 Shared by the test tiers, `halo example` and `make train` (`halo run`):
 
-- always: `--rm --init --pull never`, the host's user, the checkout at /workspace (read-only
+- always: `--rm --init --pull never`, the host's user (or one asked for; `read_only` adds
+  `--read-only` and a /tmp tmpfs, as Enroot and Apptainer run images), the checkout at /workspace (read-only
   unless a job writes there), $HALO_SCRATCH at /scratch holding HOME, the Hugging Face
   caches (HF_HOME, HF_DATASETS_CACHE), TMPDIR and HALO_DATA_ROOT; `--ipc=host` and shm.
 - GPU images (a catalog entry with CUDA architectures): `--gpus all`, unlimited locked memory
@@ -57,6 +58,13 @@ class RunSpec:
     cuda_devices: str = "all"  # "all" or a comma list of GPU indices
     # The host's process table: a rollout tier's tests may kill the server it started.
     host_pids: bool = False
+    # As Enroot and Apptainer run an image: its files read-only, writes only to the mounts
+    # (/workspace when writable, scratch) and a /tmp tmpfs.
+    read_only: bool = False
+    user: str | None = None  # "UID:GID"; default the host's user
+    # `halo job start`: detached under this name, kept after it exits (its exit code).
+    detach_name: str | None = None
+    cap_add: Sequence[str] = ()  # `halo job start --debug`: SYS_PTRACE for py-spy
 
 
 def in_ci() -> bool:
@@ -72,6 +80,9 @@ def container_env(spec: RunSpec) -> dict[str, str]:
         "HALO_DATA_ROOT": f"{SCRATCH}/data",
         "HALO_SCRATCH": SCRATCH,
         "PYTHONDONTWRITEBYTECODE": "1",
+        # A user the image's /etc/passwd does not know (`--user`, as Enroot and Apptainer run
+        # as the caller) has no name: getpass.getuser(), which torch's caches call, then fails.
+        "USER": "halo",
     }
     if spec.offline:
         env["HF_HUB_OFFLINE"] = "1"
@@ -85,7 +96,9 @@ def docker_run_args(
     spec: RunSpec, repo: Path, scratch: Path, home: Path | None = None
 ) -> list[str]:
     """Everything after `docker run`: flags, the image, the command."""
-    args = ["--rm", "--init", "--pull", "never", f"--network={spec.network}", "--ipc=host"]
+    keep = ["-d", "--name", spec.detach_name] if spec.detach_name else ["--rm"]
+    args = [*keep, "--init", "--pull", "never", f"--network={spec.network}", "--ipc=host"]
+    args += [f"--cap-add={c}" for c in spec.cap_add]
     args.append(f"--shm-size={GPU_SHM if spec.gpus else CPU_SHM}")
     if spec.host_pids:
         args.append("--pid=host")
@@ -98,7 +111,9 @@ def docker_run_args(
         args += ["--gpus", gpus, "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
         if spec.fabric == "efa":
             args += ["--device=/dev/infiniband"]
-    args += ["--user", f"{os.getuid()}:{os.getgid()}"]
+    args += ["--user", spec.user or f"{os.getuid()}:{os.getgid()}"]
+    if spec.read_only:
+        args += ["--read-only", "--tmpfs", "/tmp:rw,exec,mode=1777"]
     ro = "" if spec.workspace_writable else ":ro"
     args += ["-v", f"{repo}:{WORKSPACE}{ro}", "-v", f"{scratch}:{SCRATCH}", "-w", WORKSPACE]
     for host, target, read_only in spec.mounts:

@@ -84,6 +84,8 @@ class Placement:
     cuda_devices: str = "all"
     # dense or moe: which rollout-server configuration the tests target (HALO_SERVER_TIER).
     server_tier: str = ""
+    read_only: bool = False  # docker run --read-only, writes only to scratch and /tmp
+    user: str | None = None  # docker run --user UID:GID
 
 
 def run_tier(
@@ -180,6 +182,8 @@ def _run_pytest(
             fabric=place.fabric,
             cuda_devices=place.cuda_devices,
             host_pids=started is not None,
+            read_only=place.read_only,
+            user=place.user,
         )
         rc = run_spec(spec)
         where = image_ref

@@ -21,9 +21,10 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # imported where used: `halo job clean` lists checkpoints without torch
+    import torch
 
 from halo.atomic import staged_dir
 from halo.hashing import sha256_file
@@ -223,6 +224,7 @@ def verify(path: Path) -> str | None:
 
 def _content_problem(path: Path, files: list[str]) -> str | None:
     """What a matching hash cannot prove: the files load, and the weights are finite."""
+    import torch
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -296,6 +298,8 @@ def _write(
     meta: dict[str, Any],
     hook_sleep: float,
 ) -> Path:
+    import torch
+
     job_dir = final.parent
     with staged_dir(final) as tmp:
         write_model(tmp)
@@ -322,6 +326,8 @@ def _write(
 
 def load_trainer_state(path: Path) -> dict[str, Any]:
     """The listed trainer/*.pt files (only what the record holds is ever loaded)."""
+    import torch
+
     names = [r for r in listed(path) if r.startswith(f"{TRAINER}/") and r.endswith(".pt")]
     return {
         Path(r).stem: _load(path / r, lambda p: torch.load(p, weights_only=True)) for r in names

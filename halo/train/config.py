@@ -93,6 +93,8 @@ class Runtime(Section):
     # The network interface for NCCL/gloo sockets (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME).
     socket_ifname: str | None = None
     slurm: Slurm = Field(default_factory=Slurm)
+    # `halo job start`: a timer stops the job (gracefully, as `halo job stop`) after this long.
+    max_duration_hours: Annotated[float, Field(gt=0)] | None = None
     # online-grpo: the rollout server's OpenAI API (else $HALO_ROLLOUT_URL).
     rollout_url: str | None = None
 

@@ -32,10 +32,31 @@ def test_cpu_run_is_offline_credential_free_and_mounts_the_checkout_read_only(
             "HALO_DATA_ROOT",
             "HALO_SCRATCH",
             "PYTHONDONTWRITEBYTECODE",
+            "USER",
         }
         for e in envs
     )
     assert args[-3:] == ["halo:cpu", "python", "-V"]
+
+
+def test_read_only_run_as_another_user_writes_only_to_scratch_and_tmp(tmp_path: Path) -> None:
+    spec = RunSpec(image="halo:cpu", argv=["true"], read_only=True, user="4321:4321")
+    args = docker_run_args(spec, REPO, tmp_path)
+    assert args[args.index("--user") + 1] == "4321:4321"
+    assert "--read-only" in args and args[args.index("--tmpfs") + 1].startswith("/tmp:rw,")
+    writable = [v for i, v in enumerate(args) if args[i - 1] == "-v" and not v.endswith(":ro")]
+    assert writable == [f"{tmp_path}:/scratch"]
+    assert "USER=halo" in args  # a uid the image's passwd lacks still has a name
+    assert "--read-only" not in docker_run_args(RunSpec(image="halo:cpu", argv=[]), REPO, tmp_path)
+
+
+def test_read_only_and_user_are_refused_natively_and_user_must_be_numeric() -> None:
+    for argv, why in (
+        (["--native", "--read-only"], "not with --native"),
+        (["--user", "bob"], "--user: expected UID:GID (numbers), got 'bob'"),
+    ):
+        proc = halo("test", "cpu", *argv, cwd=REPO)
+        assert proc.returncode == 2 and why in proc.stderr, proc.stderr
 
 
 def test_gpu_run_asks_for_gpus_ipc_and_ulimits(tmp_path: Path) -> None:

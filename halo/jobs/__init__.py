@@ -1,0 +1,1 @@
+"""`halo job`: detached training jobs with a lifecycle, in Docker on this host or under Slurm."""
