@@ -57,6 +57,8 @@ class RunSpec:
     cuda_devices: str = "all"  # "all" or a comma list of GPU indices
     # The host's process table: a rollout tier's tests may kill the server it started.
     host_pids: bool = False
+    # None: the image's own entrypoint; "" clears it (a server image's is serve.sh).
+    entrypoint: str | None = None
 
 
 def in_ci() -> bool:
@@ -89,6 +91,8 @@ def docker_run_args(
     args.append(f"--shm-size={GPU_SHM if spec.gpus else CPU_SHM}")
     if spec.host_pids:
         args.append("--pid=host")
+    if spec.entrypoint is not None:
+        args += ["--entrypoint", spec.entrypoint]
     if spec.gpus:
         if spec.fabric not in FABRICS:
             raise ValueError(f"fabric {spec.fabric!r}: expected one of {sorted(FABRICS)}")
