@@ -53,9 +53,7 @@ def spec_for(set_name: str, policy: Policy | None = None) -> StackSpec:
         ),
         # halo:cpu: the GPU images' torch (the CUDA 13 build) and the trainer's needs, checked
         # inside the image (`halo stack verify cpu --image cpu`).
-        "cpu": StackSpec(
-            "cpu", (*_TRAINING, "transformers", "tokenizers"), numpy_below_2=below_2
-        ),
+        "cpu": StackSpec("cpu", (*_TRAINING, "transformers", "tokenizers"), numpy_below_2=below_2),
         "vllm-cpu": StackSpec(
             "vllm-cpu",
             ("torch", "numpy", "vllm", "vllm.entrypoints.openai.api_server"),
