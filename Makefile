@@ -20,7 +20,7 @@ REGISTRY ?=
 	test-cpu test-gpu-core test-gpu-full test-rollout-vllm test-rollout-sglang patches example \
 	bench ci-render train seed-hf-cache ecr-public-login push-public-all push-public-blackwell \
 	push-public-hopper push-public-vllm push-public-sglang \
-	test-gpu-vllm test-gpu-sglang serve-vllm
+	test-gpu-vllm test-gpu-sglang serve-vllm device-check
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
@@ -92,8 +92,10 @@ patches: ## verify patches against halo:cpu's environment
 	$(NOX) -s patches
 example: ## the main job: build halo:cpu and train the tiny SFT example in it
 	$(NOX) -s example
-bench: ## benchmarks with budgets (no-op build, pins check, lock check, trainer vs TRL)
+bench: ## benchmarks with budgets (no-op build, pins/lock check, trainer vs TRL, GPU tokens/s + MFU)
 	$(NOX) -s bench
+device-check: ## bundle (<= 64 MiB) and print the one command for a lent GPU machine (docs/gpu.md)
+	$(NOX) -s device-check -- $(or $(ARGS),--dry-run)
 ci-render: ## regenerate the CI workflow from ci/matrix.yaml
 	$(NOX) -s ci-render
 train: ## train inside IMAGE: CONFIG=… [METHOD=sft NPROC=8 IMAGE=halo:blackwell EXTRA="--k=v …"]

@@ -62,11 +62,13 @@ def _halo(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff check, ruff format --check, and actionlint on the workflow (.github/actionlint.yaml)."""
+    """ruff check, ruff format --check, actionlint on the workflow (.github/actionlint.yaml), and
+    lint-imports: halo/'s layering contracts ([tool.importlinter] in pyproject.toml)."""
     _tools(session)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("actionlint", "-color=false")
+    session.run("lint-imports", "--no-cache")
 
 
 @nox.session(python=PYTHON)
@@ -250,6 +252,17 @@ def bench(session: nox.Session) -> None:
     session.run("python", "ci/bench.py", *session.posargs)
 
 
+@nox.session(name="device-check", python=PYTHON)
+def device_check(session: nox.Session) -> None:
+    """Bundle what a lent GPU machine lacks (<= 64 MiB) and print its one command (docs/gpu.md).
+
+    `-- --dry-run` only builds and prints; otherwise, where this machine has a GPU, it also runs
+    the command here (gpu_core natively + the GPU benchmark, junit and table under --out).
+    """
+    _halo(session)
+    session.run("python", "-m", "halo.testing.devicecheck", *session.posargs)
+
+
 @nox.session(name="seed-hf-cache", python=PYTHON)
 def seed_hf_cache(session: nox.Session) -> None:
     """Fill the Hugging Face cache (HF_HOME) with the pinned configs and tokenizers."""
@@ -338,6 +351,8 @@ def ci(session: nox.Session) -> None:
     session.notify("test-rollout-cpu")
     session.notify("patches")
     session.notify("plan")
+    # The lent-GPU bundle: pip download of its pinned wheels (index) + halo's wheel, size-checked.
+    session.notify("device-check", ["--dry-run"])
     # The rebuild row's cold build takes minutes that CI spends on the toolchain tests' own two
     # builds from scratch; `nox -s bench` on a workstation measures it.
     session.notify("bench", ["--skip", "rebuild"])

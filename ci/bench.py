@@ -6,8 +6,12 @@
   pins check      `halo pins check` over every set                                           < 1 s
   lock check      `halo pins lock --check` over every set, warm uv cache                     < 60 s
   trainer         tokens/s of `halo launch sft` / TRL SFTTrainer, ~30M Llama, CPU   >= 1.0x (goal 1.3x)
+  gpu             tokens/s and MFU of the trainer's SFT step / a plain PyTorch loop,
+                  ~1B Llama, bf16, one GPU, two sequence lengths (halo/train/gpubench.py) >= 0.95x
+                  (no GPU: one "skipped: no GPU" row, never a pass it did not measure)
 
-Exit 1 when a budget is missed. `--only NAME` runs one row, `--skip NAME` all but it.
+Exit 1 when a budget is missed. `--only NAME` (or just NAME: `nox -s bench -- gpu`) runs one
+row, `--skip NAME` all but it.
 """
 
 from __future__ import annotations
@@ -129,20 +133,51 @@ def trainer() -> list[Row]:
     return [Row(name, detail, budget, r["ratio"] >= FLOOR)]
 
 
+def gpu() -> list[Row]:
+    """halo/train/gpubench.py in its own process (it needs the GPU's memory to itself)."""
+    import json
+    import tempfile
+
+    from halo.train import gpubench
+
+    if reason := gpubench.no_gpu_reason():
+        print(f"bench: gpu: skipped: no GPU ({reason})", file=sys.stderr, flush=True)
+        return [Row(*gpubench.skipped_row(reason))]
+    with tempfile.TemporaryDirectory(prefix="halo-gpubench-") as tmp:
+        out = Path(tmp) / "gpu.json"
+        proc = subprocess.run(
+            [sys.executable, "-m", "halo.train.gpubench", "--json", str(out)], cwd=REPO, check=False
+        )
+        if not out.is_file():
+            sys.exit(f"bench: the GPU benchmark failed (exit {proc.returncode})")
+        result = json.loads(out.read_text())
+    return [Row(*r) for r in gpubench.rows(result)]
+
+
 BENCHES: dict[str, Callable[[], list[Row]]] = {
     "noop-build": noop_build,
     "rebuild": rebuild,
     "pins-check": pins_check,
     "lock-check": lock_check,
     "trainer": trainer,
+    "gpu": gpu,
 }
+
+
+def _verdict(r: Row) -> str:
+    # A row that could not run here says so; it is not a pass.
+    return "skipped" if r.measured.startswith("skipped") else "yes" if r.ok else "NO"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=sorted(BENCHES), action="append")
     parser.add_argument("--skip", choices=sorted(BENCHES), action="append", default=[])
+    parser.add_argument("names", nargs="*", metavar="NAME", help="the same as --only NAME")
     args = parser.parse_args()
+    if unknown := sorted(set(args.names) - set(BENCHES)):
+        parser.error(f"unknown benchmark {unknown[0]!r} (known: {', '.join(sorted(BENCHES))})")
+    args.only = (args.only or []) + args.names or None
     rows: list[Row] = []
     for name in [n for n in args.only or BENCHES if n not in args.skip]:
         print(f"bench: {name} ...", file=sys.stderr, flush=True)
@@ -152,7 +187,7 @@ def main() -> int:
     print(
         table(
             ("benchmark", "measured", "budget", "ok"),
-            [(r.name, r.measured, r.budget, "yes" if r.ok else "NO") for r in rows],
+            [(r.name, r.measured, r.budget, _verdict(r)) for r in rows],
         )
     )
     return 0 if all(r.ok for r in rows) else 1

@@ -53,13 +53,25 @@ class Layout:
         return self.repo / "halo"
 
     def lock(self, set_name: str) -> Path:
-        from halo.pins.lockfile import lock_path
+        from halo.pins.names import lock_path
 
         return lock_path(self.pins, set_name)
 
 
 def store_root() -> Path:
     return Path(os.environ.get("HALO_STORE") or cache_home() / "store")
+
+
+VENVS_ENV = "HALO_STACK_VENVS"
+
+
+def venvs_root(explicit: Path | None = None) -> Path:
+    """Where `halo stack verify` keeps the stacks' venvs (and the rollout tiers find them)."""
+    if explicit is not None:
+        return explicit
+    if env := os.environ.get(VENVS_ENV):
+        return Path(env)
+    return scratch_root() / "stacks"
 
 
 def scratch_root() -> Path:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import urllib.parse
 from pathlib import Path
 
 from halo.errors import HaloError
@@ -31,12 +32,37 @@ def _pip_default_index() -> str:
     return PyPI.simple_url
 
 
+def _index_url(var: str, url: str) -> str:
+    """An index URL as it is used: refused in one line (credentials redacted) if it cannot be.
+
+    Credentials go in its user part (``https://user:TOKEN@host/simple/``): fetch sends them as
+    an Authorization header, uv gets them through its own per-index variables. A query or
+    fragment cannot be: a project's page is the URL joined with its name, which drops both.
+    """
+    from halo.urls import redact_url, split_userinfo
+
+    try:
+        bare, _ = split_userinfo(url)
+    except HaloError as exc:
+        raise HaloError(f"${var}: {exc.message}") from None
+    parts = urllib.parse.urlsplit(bare)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise HaloError(f"${var}: {redact_url(url)!r}: expected an http(s) URL of a package index")
+    if parts.query or parts.fragment:
+        raise HaloError(
+            f"${var}: {redact_url(url)!r}: an index URL has no query or fragment; "
+            "put a token in its user part (https://user:TOKEN@host/simple/)"
+        )
+    return url.rstrip("/") + "/"
+
+
 def index_urls(env: dict[str, str] | None = None) -> list[str]:
+    """The configured indexes, each as given (credentials included: show them redacted)."""
     env = dict(os.environ if env is None else env)
-    primary = next((env[v] for v in INDEX_VARS if env.get(v)), None)
-    urls = [primary or _pip_default_index()]
-    urls += env.get("HALO_EXTRA_INDEX_URLS", "").split()
-    return [u.rstrip("/") + "/" for u in urls if not u.startswith("file:")]
+    primary = next(((v, env[v]) for v in INDEX_VARS if env.get(v)), None)
+    urls = [primary or ("", _pip_default_index())]
+    urls += [("HALO_EXTRA_INDEX_URLS", u) for u in env.get("HALO_EXTRA_INDEX_URLS", "").split()]
+    return [_index_url(var or "index", u) for var, u in urls if not u.startswith("file:")]
 
 
 def _pip_config_files(env: dict[str, str]) -> list[Path]:

@@ -8,8 +8,9 @@ host that decide the rest of the output:
 - ``native``: on this host, in a network-less namespace (halo.builder.native). The
   interpreter's version and ABI, the C library and the C/C++ compilers are inputs: a wheel
   built with GCC 12 against glibc 2.36 is another output than one from Ubuntu 24.04.
-- ``docker``: images/builder/Dockerfile on a made or pinned base, whose image ID stands
-  for all of that.
+- ``docker``: images/builder/Dockerfile on a made or pinned base, whose recipe hash (the
+  OS packages, the interpreter, the compilers it installs) or pinned digest stands for all
+  of that; the base is reproducible from its recipe, so no image ID made here is an input.
 
 The builder venv of a native toolchain is itself content-addressed: one folder per
 toolchain identity under ``$HALO_BUILDERS`` (default ``<cache>/builders``), reused while its
@@ -129,10 +130,11 @@ def native_toolchain(lock: Lock, python: str, names: Sequence[str] | None = None
 
 
 def docker_toolchain(
-    lock: Lock, python: str, base_ref: str, base_id: str, names: Sequence[str] | None = None
+    lock: Lock, python: str, base_ref: str, base_identity: str, names: Sequence[str] | None = None
 ) -> Toolchain:
+    """``base_identity``: ``recipe:<hash>`` of a made base, or a pinned base's digest."""
     return Toolchain(
-        "docker", requirements_from(lock, names), python, (("base", base_id),), base_ref
+        "docker", requirements_from(lock, names), python, (("base", base_identity),), base_ref
     )
 
 

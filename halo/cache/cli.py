@@ -32,9 +32,7 @@ def _setup(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
     from halo.cache.config import CACHE_VAR, configured_cache
     from halo.errors import HaloError
-    from halo.images.catalog import load_catalog
-    from halo.images.cli import _selected
-    from halo.images.plan import local_docker
+    from halo.images.catalog import load_catalog, selected
     from halo.paths import find_repo, store_root
     from halo.store.store import Store
 
@@ -46,8 +44,8 @@ def _setup(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         raise HaloError("halo cache: no registry; pass --registry HOST[/PREFIX] or set HALO_CACHE")
     repo = find_repo()
     catalog = load_catalog(repo)
-    images = _selected(catalog, args.names, args.all)
-    return repo, catalog, images, cache, Store(store_root()), local_docker()
+    images = selected(catalog, args.names, args.all)
+    return repo, catalog, images, cache, Store(store_root())
 
 
 def _push(args: argparse.Namespace) -> int:
@@ -55,10 +53,10 @@ def _push(args: argparse.Namespace) -> int:
     from halo.images.derivations import derivation_hash, image_derivations
     from halo.report import table
 
-    repo, catalog, images, cache, store, docker = _setup(args)
+    repo, catalog, images, cache, store = _setup(args)
     rows = []
     for image in images:
-        for drv in image_derivations(repo, catalog, image, docker):
+        for drv in image_derivations(repo, catalog, image):
             h = derivation_hash(drv, repo)
             record = read_record(store, h)
             if record is None:
@@ -76,10 +74,10 @@ def _pull(args: argparse.Namespace) -> int:
     from halo.images.derivations import derivation_hash, image_derivations
     from halo.report import table
 
-    repo, catalog, images, cache, store, docker = _setup(args)
+    repo, catalog, images, cache, store = _setup(args)
     rows = []
     for image in images:
-        for drv in image_derivations(repo, catalog, image, docker):
+        for drv in image_derivations(repo, catalog, image):
             h = derivation_hash(drv, repo)
             if read_record(store, h) is not None:
                 rows.append((image.name, drv.name, h[:12], "in the store"))

@@ -27,7 +27,6 @@ CACHE_VAR = "HALO_CACHE"
 SIGNERS_VAR = "HALO_CACHE_SIGNERS"
 PINNED_VAR = "HALO_CACHE_PINNED"
 KEY_VAR = "HALO_CACHE_SIGNING_KEY"
-REPOSITORY = "halo-derivations"  # under the registry's prefix
 
 
 def cache_registry(env: Mapping[str, str] | None = None) -> str | None:

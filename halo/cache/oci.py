@@ -49,11 +49,13 @@ class Pushed:
     wheel_sha256: str
 
 
+REPOSITORY = "halo-derivations"  # the cache's repository, under the registry's prefix
+
+
 class RegistryCache:
     """The binary cache on one registry repository."""
 
     def __init__(self, registry: str, trust: Trust, signing_key: Path | None = None) -> None:
-        from halo.cache.config import REPOSITORY
         from halo.registry.client import Registry
         from halo.registry.refs import repo_under
 

@@ -2,13 +2,20 @@
 
 Removed: the checkout's tool caches (`__pycache__`, `.pytest_cache`, `.ruff_cache`, `build/`,
 `dist/`, `*.egg-info`) and, under $HALO_SCRATCH, what tiers and tests leave (`reports/`,
-`tmp/`, `home/`, `export/`). Kept, always: anything at or under a folder named `checkpoints`
-(a trainer's, wherever its config put it), the seeded Hugging Face cache (`hf/`), `runs/`,
-and the nox environments (`.nox/`: slow to rebuild; delete it by hand if you mean to).
+`tmp/`, `home/`, `export/`). Kept, always: every checkpoint inside those, recognised by what
+it is, not by where it lies (a folder holding a trainer's checkpoint record, `meta.json`; one
+being written or set aside, named as the trainer names them; a job folder a run holds the
+lock of; a folder named `checkpoints`),
+with the folders above it; the seeded Hugging Face cache (`hf/`), `runs/`, and the nox
+environments (`.nox/`: slow to rebuild; delete it by hand if you mean to). The dry run lists
+exactly what a run removes and what it keeps.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,42 +24,86 @@ REPO_CACHES = (".pytest_cache", ".ruff_cache", "build", "dist")
 SCRATCH_CACHES = ("reports", "tmp", "home", "export")
 PROTECTED = "checkpoints"
 _SKIP_WALK = {".git", ".nox", ".venv", "runs", "node_modules"}
+# The trainer's names (halo.train.checkpoint.NAME): a checkpoint, the hidden temp folder it is
+# written into (``.r1_epoch_0_step_5.<random>.tmp``, no record yet), one set aside (``.bad``).
+_CHECKPOINT_NAME = re.compile(r"\.?r\d+_epoch_\d+_step_\d+(\..+)?")
+RECORD = "meta.json"
+# A job folder a run is using holds the run's lock (halo.train.joblock.LOCK_NAME): all of it
+# stays, the checkpoint being written and the lock included.
+JOB_LOCK = ".halo-run.lock"
+
+
+def has_checkpoint_record(folder: Path) -> bool:
+    """A trainer checkpoint's record: ``meta.json``, an object with a ``files`` table.
+
+    The same test as halo.train.checkpoint.read_meta (which needs torch to import), kept
+    lenient on purpose: a damaged record is still a checkpoint someone may want back.
+    """
+    try:
+        record = json.loads((folder / RECORD).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and isinstance(record.get("files"), dict)
+
+
+def is_checkpoint(folder: Path) -> bool:
+    """A checkpoint, one being written or set aside, or a job folder a run holds."""
+    if folder.name == PROTECTED or _CHECKPOINT_NAME.fullmatch(folder.name):
+        return True
+    return os.path.lexists(folder / JOB_LOCK) or has_checkpoint_record(folder)
 
 
 @dataclass(frozen=True)
 class Removal:
-    path: Path
+    path: Path  # the cache or scratch folder cleaned
+    removed: tuple[Path, ...]  # what goes: ``(path,)`` unless it holds checkpoints
     kept: tuple[Path, ...]  # checkpoint folders found inside and left in place
 
 
 def _checkpoints_in(path: Path) -> list[Path]:
-    if path.name == PROTECTED:
-        return [path]
-    if not path.is_dir() or path.is_symlink():
+    """Every checkpoint at or below ``path`` (links are not followed: removing one is safe)."""
+    if path.is_symlink() or not path.is_dir():
         return []
-    return sorted(p for p in path.rglob(PROTECTED) if p.is_dir())
+    if is_checkpoint(path):
+        return [path]
+    found = []
+    for dirpath, dirnames, _ in os.walk(path):
+        here = Path(dirpath)
+        for name in list(dirnames):
+            sub = here / name
+            if not sub.is_symlink() and is_checkpoint(sub):
+                found.append(sub)
+                dirnames.remove(name)  # nothing inside a checkpoint is ours to judge
+    return sorted(found)
 
 
-def _remove(path: Path) -> Removal:
-    """Remove ``path``, except any checkpoints folder inside it (and the folders above those)."""
-    keep = _checkpoints_in(path)
+def _plan(path: Path, keep: list[Path]) -> list[Path]:
+    """What to remove of ``path`` so that every folder in ``keep`` (and those above it) stays."""
     if not keep:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-        return Removal(path, ())
+        return [path]
+    if path in keep:
+        return []
+    out: list[Path] = []
     for child in sorted(path.iterdir()):
-        if any(child == k or child in k.parents for k in keep):
-            if child.name != PROTECTED:
-                _remove(child)
-            continue
-        _remove(child)
-    return Removal(path, tuple(keep))
+        inner = [k for k in keep if k == child or child in k.parents]
+        out += _plan(child, inner) if inner else [child]
+    return out
+
+
+def plan(path: Path) -> Removal:
+    keep = _checkpoints_in(path)
+    return Removal(path, tuple(_plan(path, keep)), tuple(keep))
+
+
+def _delete(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def targets(repo: Path, scratch: Path) -> list[Path]:
-    found = [repo / name for name in REPO_CACHES if (repo / name).exists()]
+    found = [repo / name for name in REPO_CACHES if os.path.lexists(repo / name)]
     stack = [repo]
     while stack:
         folder = stack.pop()
@@ -63,12 +114,15 @@ def targets(repo: Path, scratch: Path) -> list[Path]:
                 found.append(child)
             elif child not in found:
                 stack.append(child)
-    found += [scratch / name for name in SCRATCH_CACHES if (scratch / name).exists()]
+    found += [scratch / name for name in SCRATCH_CACHES if os.path.lexists(scratch / name)]
     return sorted(found)
 
 
 def clean(repo: Path, scratch: Path, dry_run: bool = False) -> list[Removal]:
-    paths = targets(repo, scratch)
-    if dry_run:
-        return [Removal(p, tuple(_checkpoints_in(p))) for p in paths]
-    return [_remove(p) for p in paths]
+    """Remove the caches (or, with ``dry_run``, only say what would go); checkpoints stay."""
+    plans = [plan(p) for p in targets(repo, scratch)]
+    if not dry_run:
+        for p in plans:
+            for path in p.removed:
+                _delete(path)
+    return plans

@@ -93,10 +93,16 @@ def _clean(args: argparse.Namespace) -> int:
     from halo.paths import find_repo, scratch_root
 
     repo, scratch = find_repo(), scratch_root()
-    removed = clean(repo, scratch, dry_run=args.dry_run)
+    plans = clean(repo, scratch, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
-    for r in removed:
-        kept = f" (kept {', '.join(str(k) for k in r.kept)})" if r.kept else ""
-        print(f"{verb} {r.path}{kept}")
-    print(f"clean: {len(removed)} paths {verb}; checkpoints are never removed")
+    gone = [path for p in plans for path in p.removed]
+    kept = [path for p in plans for path in p.kept]
+    for path in gone:
+        print(f"{verb} {path}")
+    for path in kept:
+        print(f"{'would keep' if args.dry_run else 'kept'} {path} (a checkpoint)")
+    print(
+        f"clean: {len(gone)} paths {verb}, {len(kept)} checkpoint folders kept; "
+        "checkpoints are never removed"
+    )
     return 0

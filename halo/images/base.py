@@ -1,7 +1,10 @@
 """Bases: made here in the fetch phase (mmdebstrap, or a Dockerfile over a digest-pinned image).
 
-A made base is content-addressed twice: its tag carries the hash of its recipe, and its image ID
-(the sha256 of a config written without wall-clock time) becomes an input of every image on it.
+A made base is addressed by its recipe: its tag carries the recipe hash, its config carries it in
+full (``BASE_LABEL``), and the recipe hash (not the image ID made here) is what every image and
+derivation on it hashes (halo.images.inputs.base_identity): a plan is the same before and after
+`halo image base`, and on a host with no engine. A made base counts as made only when its label
+names the recipe in full, so a tag moved by hand or a 12-digit collision is made again.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from halo.report import say
 
 # Timestamps inside made bases (file mtimes via mmdebstrap, the image's `created`).
 DEFAULT_EPOCH = 1793491200  # 2026-11-01T00:00:00Z
+BASE_LABEL = "io.halo.base-recipe"  # the full recipe hash, in a made base's config
 
 
 def source_date_epoch() -> int:
@@ -48,8 +52,15 @@ class BaseState:
 
 
 def base_state(base: Base, repo: Path, docker: Docker | None) -> BaseState:
+    """The base's reference, and its image ID when it is here and is this recipe's base."""
     ref = base_ref(base, repo)
-    return BaseState(ref, docker.image_id(ref) if docker else None)
+    if docker is None:
+        return BaseState(ref, None)
+    if base.recipe == "registry":  # pinned by digest: the reference is the content
+        return BaseState(ref, docker.image_id(ref))
+    found = docker.id_and_label(ref, BASE_LABEL)
+    ours = found is not None and found[1] == recipe_hash(base, repo)
+    return BaseState(ref, found[0] if found and ours else None)
 
 
 # Paths every build step mounts something on. A base that lacks them makes BuildKit create a
@@ -74,7 +85,7 @@ def mount_points_tar(out: Path, epoch: int) -> None:
                 tar.addfile(info, io.BytesIO(b""))
 
 
-def base_archive(rootfs_tar: Path, out: Path, epoch: int, created_by: str) -> str:
+def base_archive(rootfs_tar: Path, out: Path, epoch: int, created_by: str, recipe: str = "") -> str:
     """Wrap a rootfs tarball as an image archive for `docker load`, deterministically.
 
     Two layers: the rootfs, then the mount points. Returns the image ID, which Docker derives
@@ -96,6 +107,7 @@ def base_archive(rootfs_tar: Path, out: Path, epoch: int, created_by: str) -> st
         "config": {
             "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
             "Cmd": ["/bin/bash"],
+            **({"Labels": {BASE_LABEL: recipe}} if recipe else {}),
         },
         "rootfs": {"type": "layers", "diff_ids": [d for d, _ in layers]},
         "history": [
@@ -160,6 +172,7 @@ def make_base(base: Base, repo: Path, docker: Docker, workdir: Path) -> BaseStat
                 archive,
                 epoch,
                 f"mmdebstrap --variant={base.variant} {base.suite} +{','.join(base.packages)}",
+                recipe_hash(base, repo),
             )
             docker.load(archive)
             docker.tag(image_id, state.ref)
@@ -180,7 +193,10 @@ def make_base(base: Base, repo: Path, docker: Docker, workdir: Path) -> BaseStat
                     "PACKAGES": " ".join(base.packages),
                     "SOURCE_DATE_EPOCH": str(epoch),
                 },
-                labels={"org.opencontainers.image.base.name": base.from_ref},
+                labels={
+                    "org.opencontainers.image.base.name": base.from_ref,
+                    BASE_LABEL: recipe_hash(base, repo),
+                },
                 network="host",
             )
     say(f"base {base.name}: made {state.ref} ({image_id[:19]})")

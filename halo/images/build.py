@@ -124,8 +124,9 @@ def load_checked_lock(repo: Path, image: Image) -> Lock:
 def make_bases(
     repo: Path, catalog: Catalog, image: Image, docker: Docker, states: dict[str, BaseState]
 ) -> dict[str, BaseState]:
-    """The fetch phase of the OS layer, before the plan: a made base enters the input hash by
-    its image ID, so the hash is computed once, after the bases exist."""
+    """The fetch phase of the OS layer, before the plan. A base enters the input hash by its
+    recipe hash (halo.images.inputs.base_identity), so making it changes no hash; the plan's
+    stages then name the image IDs made here."""
     made = dict(states)
     for base in wanted_bases(catalog, image):
         if not made[base.name].image_id:

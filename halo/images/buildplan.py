@@ -9,7 +9,6 @@ the same object. Nothing in the build recomputes what the plan says.
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,14 +43,15 @@ class Evaluation:
 
 
 def wanted_bases(catalog: Catalog, image: Image) -> list[Base]:
-    """The bases a build needs made here: the runtime one, and the builder when Docker compiles."""
+    """The bases a build needs made here: the runtime one, and the builder when Docker compiles
+    (the default; halo.builder.kind)."""
     wanted = [catalog.bases[image.base]]
-    if image.builder:
-        from halo.images.derivations import BUILDER_VAR
+    if image.sources:
+        from halo.builder.kind import builder_kind
 
-        # Derivations compile natively (network-less namespaces) unless Docker is asked for.
-        if os.environ.get(BUILDER_VAR) == "docker":
-            wanted.append(catalog.bases[image.builder])
+        builder = catalog.bases[image.builder or image.base]
+        if builder_kind() == "docker" and builder not in wanted:
+            wanted.append(builder)
     return wanted
 
 
@@ -92,7 +92,7 @@ def evaluate(
     # The kernels layer is what its derivations made: their hashes (toolchain included).
     from halo.images.derivations import derivation_hash, image_derivations
 
-    drvs = tuple(image_derivations(repo, catalog, image, docker))
+    drvs = tuple(image_derivations(repo, catalog, image))
     parts = {**inputs.parts, "derivations": {d.name: derivation_hash(d, repo) for d in drvs}}
     return Evaluation(image, Inputs(parts), states, drvs)
 
@@ -176,7 +176,6 @@ class BuildPlan:
     moving_ref: str
     immutable_ref: str
     input_hash: str
-    provisional: bool  # a base is not made here: its digest replaces the recipe hash once made
     inputs: dict[str, object]
     stages: tuple[Stage, ...]
     derivations: tuple[DerivationPlan, ...]
@@ -269,7 +268,6 @@ def make_plan(
         moving_ref=image.moving_ref,
         immutable_ref=image.immutable_ref(inputs.hash),
         input_hash=inputs.hash,
-        provisional=str(inputs.parts["base"]).startswith("pending:"),
         inputs=inputs.parts,
         stages=_stages(repo, catalog, ev),
         derivations=_derivations(repo, store, ev),

@@ -12,87 +12,35 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from halo import __version__
 from halo.errors import HaloError
+from halo.images.catalog_types import Base, Catalog, Image
 from halo.schema import read_bytes
+
+__all__ = ["Base", "Catalog", "Image", "load_catalog", "parse_catalog", "selected"]
 
 # The code that decides whether a catalog is valid: part of the cache key.
 VALIDATOR_FILES = (
     "images/catalog.py",
+    "images/catalog_types.py",
     "images/catalog_schema.py",
     "schema.py",
     "schema_types.py",
-    "testing/tiers.py",
+    "testing/tier_table.py",
 )
 
 
-@dataclass(frozen=True)
-class Base:
-    name: str
-    recipe: str
-    python: str
-    suite: str = ""
-    variant: str = ""
-    packages: tuple[str, ...] = ()
-    from_ref: str = ""
-    dockerfile: str = ""
-
-    @property
-    def definition(self) -> dict[str, object]:
-        """What the recipe is made of; hashed into every image built on this base."""
-        return {
-            "name": self.name,
-            "recipe": self.recipe,
-            "python": self.python,
-            "suite": self.suite,
-            "variant": self.variant,
-            "packages": sorted(self.packages),
-            "from": self.from_ref,
-            "dockerfile": self.dockerfile,
-        }
-
-
-@dataclass(frozen=True)
-class Image:
-    name: str
-    repository: str
-    tag: str
-    dockerfile: str
-    pins: str
-    base: str
-    builder: str | None
-    cuda_arch: tuple[str, ...]
-    sources: tuple[str, ...]
-    tiers: tuple[str, ...]
-    publish: str
-    # The Dockerfile's own build arguments (a shared Dockerfile told which server it builds),
-    # sorted by name; part of the input hash.
-    args: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def moving_ref(self) -> str:
-        return f"{self.repository}:{self.tag}"
-
-    def immutable_ref(self, input_hash: str) -> str:
-        return f"{self.repository}:{self.tag}-{input_hash[:12]}"
-
-
-@dataclass(frozen=True)
-class Catalog:
-    path: Path
-    bases: dict[str, Base]
-    images: dict[str, Image]
-    # Where `remember` keeps this catalog once a command that read it has succeeded.
-    memo: Path | None = field(default=None, compare=False)
-
-    def image(self, name: str) -> Image:
-        if name not in self.images:
-            known = ", ".join(sorted(self.images))
-            raise HaloError(f"{self.path}: unknown image '{name}' (known: {known})")
-        return self.images[name]
+def selected(catalog: Catalog, names: list[str], all_: bool) -> list[Image]:
+    """The images a command names (or every one, with --all); none named is one error line."""
+    if all_:
+        return list(catalog.images.values())
+    if not names:
+        raise HaloError(
+            "halo image: name an image (or --all); known: " + ", ".join(sorted(catalog.images))
+        )
+    return [catalog.image(n) for n in names]
 
 
 def parse_catalog(text: str, path: Path, repo: Path | None = None) -> Catalog:

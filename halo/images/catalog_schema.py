@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from halo.images.catalog import Base, Catalog, Image
+from halo.images.catalog_types import Base, Catalog, Image
 from halo.schema import (
     Name,
     OciRepository,
@@ -42,7 +42,7 @@ OWN_ARGS = ("BASE", "PYTHON", "SOURCE_DATE_EPOCH")
 
 def known_tiers() -> tuple[str, ...]:
     """The test tiers' markers (cpu, gpu_core, ...): what an image may list under `tiers`."""
-    from halo.testing.tiers import TIERS
+    from halo.testing.tier_table import TIERS
 
     return tuple(t.marker for t in TIERS.values())
 

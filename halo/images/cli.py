@@ -81,15 +81,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _selected(catalog, names: list[str], all_: bool) -> list:  # type: ignore[no-untyped-def]
-    from halo.errors import HaloError
+    from halo.images.catalog import selected
 
-    if all_:
-        return list(catalog.images.values())
-    if not names:
-        raise HaloError(
-            "halo image: name an image (or --all); known: " + ", ".join(sorted(catalog.images))
-        )
-    return [catalog.image(n) for n in names]
+    return selected(catalog, names, all_)
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -132,7 +126,7 @@ def _kernels(args: argparse.Namespace) -> int:
     r = realiser(repo, Store(store_root()), docker, configured_cache())
     rows = []
     for image in _selected(catalog, args.names, args.all):
-        drvs = image_derivations(repo, catalog, image, docker)
+        drvs = image_derivations(repo, catalog, image)
         unknown = sorted(set(args.only) - {d.name for d in drvs})
         if unknown:
             raise HaloError(f"--only {unknown[0]}: not a source of image {image.name}")

@@ -2,16 +2,19 @@
 
 The derivation hash covers the pin's distribution, version and content hashes (its tree,
 each submodule, the subfolder built), the toolchain (its locked wheels by sha256; the
-interpreter ABI, C library and compilers of a native host, or the builder image's ID), the
-build environment (the image's CUDA architectures and the pin's feature flags), the source
-patches applied, and the recipe (the code that runs the build). Parallelism (MAX_JOBS,
-NVCC_THREADS) only changes how fast: it comes from this host (or the caller's environment),
-is never an input, and a pin that names it is refused.
+interpreter ABI, C library and compilers of a native host, or the builder base's recipe hash
+or pinned digest, never an image ID made here: the hash comes from the checkout alone, the
+same on any host and before and after `halo image base`), the build environment (the image's
+CUDA architectures and the pin's feature flags), the source patches applied, and the recipe
+(the code that runs the build). Parallelism (MAX_JOBS, NVCC_THREADS) only changes how fast:
+it comes from this host (or the caller's environment), is never an input, and a pin that
+names it is refused.
 
 ``realise`` looks in the store (the record and its wheel, verified now), then in the binary
 cache (halo.cache: trusted only through the recorded output hash and a signature or a
-pinned digest), and only then compiles: natively in a network-less namespace, or in Docker
-where the builder base is made here (``HALO_BUILDER=native|docker`` chooses).
+pinned digest), and only then compiles: in Docker on the builder base (the default; the base
+must be made here and carry its recipe hash), or natively in a network-less namespace when
+``HALO_BUILDER=native`` asks for it (halo.builder.kind).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Protocol
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
+from halo.builder.kind import builder_kind
 from halo.builder.record import Compile, DerivationRecord, read_record, write_record
 from halo.builder.toolchain import (
     Toolchain,
@@ -47,12 +51,10 @@ from halo.store.sources import Download, source_tree
 from halo.store.store import Store
 
 BUILDER_SET = "cuda-builder"  # the pin set whose wheels compile the CUDA images' source pins
-BUILDER_VAR = "HALO_BUILDER"  # native | docker; unset: docker where the builder base is made
 PARALLELISM = ("MAX_JOBS", "NVCC_THREADS")
 GIB = 1 << 30
 # The CUDA_HOME layout every kind of build compiles with (halo.stack.cuda_home).
 CUDA_HOME_CODE = "halo/stack/cuda_home.py"
-KINDS = ("native", "docker")
 
 
 def recipe(kind: str, repo: Path) -> dict[str, object]:
@@ -230,9 +232,13 @@ def realise(drv: Derivation, r: Realiser) -> Realised:
 
 
 def _build(drv: Derivation, inputs: dict[str, object], drv_hash: str, r: Realiser) -> Realised:
+    tc = drv.toolchain
+    if tc.kind == "docker":  # before fetching anything: the base the hash names must be here
+        if r.docker is None:
+            raise HaloError(f"derivation {drv.name}: the docker builder needs a Docker engine")
+        _require_builder_base(tc, r.docker, drv.name)
     tree = source_tree(drv.pin, r.store, r.workdir, r.substitutes, r.download)
     parallel = parallelism()
-    tc = drv.toolchain
     say(
         f"derivation {drv.name}: compiling {drv_hash[:12]} ({tc.kind}, network none, "
         f"MAX_JOBS={parallel['MAX_JOBS']}, NVCC_THREADS={parallel['NVCC_THREADS']})"
@@ -260,8 +266,7 @@ def _build(drv: Derivation, inputs: dict[str, object], drv_hash: str, r: Realise
         else:
             from halo.builder import docker as docker_build
 
-            if r.docker is None:
-                raise HaloError(f"derivation {drv.name}: the docker builder needs a Docker engine")
+            assert r.docker is not None  # checked above
             wheel = docker_build.build_wheel(
                 tc, src, drv.pin.subdirectory, dict(drv.env), parallel, work, r.repo,
                 r.docker, r.store, drv.name,
@@ -321,40 +326,49 @@ def _named(store: Store, sha: str, wheel: str, workdir: Path) -> Path:
     return path
 
 
-def builder_kind(repo: Path, catalog: Catalog, image: Image, docker: Docker | None) -> str:
-    """``$HALO_BUILDER``, else docker where the image's builder base is made here, else native."""
-    from halo.images.base import base_state
+def _require_builder_base(tc: Toolchain, docker: Docker, label: str) -> None:
+    """The builder base the hash names must be here before compiling on it: a made base by
+    its full recipe hash (its label), a pinned one by its digest reference."""
+    from halo.images.base import BASE_LABEL
 
-    chosen = os.environ.get(BUILDER_VAR, "")
-    if chosen:
-        if chosen not in KINDS:
-            raise HaloError(f"${BUILDER_VAR}: {chosen!r}: expected one of {', '.join(KINDS)}")
-        return chosen
-    builder = catalog.bases.get(image.builder or image.base)
-    if docker is not None and builder is not None and base_state(builder, repo, docker).image_id:
-        return "docker"
-    return "native"
+    named = dict(tc.host).get("base", "")
+    found = docker.id_and_label(tc.base_ref, BASE_LABEL)
+    if named.startswith("recipe:"):
+        ok = found is not None and found[1] == named.removeprefix("recipe:")
+    else:
+        ok = found is not None
+    if not ok:
+        raise HaloError(
+            f"derivation {label}: builder base {tc.base_ref} is not made here (or is not the "
+            "recipe the derivation hash names); run `halo image base IMAGE` first"
+        )
 
 
-def toolchain_for(repo: Path, catalog: Catalog, image: Image, docker: Docker | None) -> Toolchain:
-    from halo.images.base import base_state
+def toolchain_for(repo: Path, catalog: Catalog, image: Image) -> Toolchain:
+    """The image's toolchain, from configuration and the checkout only (halo.builder.kind).
+
+    docker: the cuda-builder lock on the builder base, which enters by its recipe hash or
+    pinned digest; no engine is asked, no host interpreter looked for. native: the host's
+    interpreter for the lock's Python (find_python) and compilers.
+    """
     from halo.pins.lockfile import load_lock, lock_path
-    from halo.stack.interpreter import find_python
 
     lock = load_lock(lock_path(repo / "pins", BUILDER_SET))
-    if builder_kind(repo, catalog, image, docker) == "docker":
+    if builder_kind() == "docker":
+        from halo.images.base import base_state, recipe_hash
+        from halo.images.inputs import base_identity
+
         builder = catalog.bases[image.builder or image.base]
-        state = base_state(builder, repo, docker)
-        if not state.image_id:
-            raise HaloError(f"base {builder.name}: not made; run `halo image base {image.name}`")
-        return docker_toolchain(lock, builder.python, state.ref, state.image_id)
+        state = base_state(builder, repo, None)  # the reference only: nothing is looked up
+        identity = base_identity(state, recipe_hash(builder, repo))
+        return docker_toolchain(lock, builder.python, state.ref, identity)
+    from halo.stack.interpreter import find_python
+
     python, _ = find_python(lock.python)
     return native_toolchain(lock, python)
 
 
-def image_derivations(
-    repo: Path, catalog: Catalog, image: Image, docker: Docker | None
-) -> list[Derivation]:
+def image_derivations(repo: Path, catalog: Catalog, image: Image) -> list[Derivation]:
     from halo.pins.source_pins import load_source_pins
 
     if not image.sources:
@@ -363,7 +377,7 @@ def image_derivations(
     missing = [n for n in image.sources if n not in pins]
     if missing:
         raise HaloError(f"{repo / 'pins' / 'sources.toml'}: no source pin '{missing[0]}'")
-    toolchain = toolchain_for(repo, catalog, image, docker)
+    toolchain = toolchain_for(repo, catalog, image)
     return [derivation_for(pins[n], image, toolchain, repo / "patches") for n in image.sources]
 
 

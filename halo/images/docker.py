@@ -101,7 +101,11 @@ def _docker_candidates() -> list[str]:
     found = []
     for entry in os.environ.get("PATH", "").split(os.pathsep):
         exe = Path(entry) / "docker"
-        if exe.is_file() and os.access(exe, os.X_OK) and str(exe) not in found:
+        try:
+            usable = exe.is_file() and os.access(exe, os.X_OK)
+        except OSError:  # a PATH entry this user may not enter holds no docker for it
+            usable = False
+        if usable and str(exe) not in found:
             found.append(str(exe))
     return found
 

@@ -16,12 +16,13 @@ from halo.pins.names import lock_path
 
 
 def base_identity(state: BaseState, recipe: str) -> str:
-    """A base enters the hash by digest: its image ID when made here, else its pinned reference."""
-    if state.image_id:
-        return state.image_id
+    """A base enters a hash by what the checkout says it is: its pinned digest, or its recipe
+    hash (a made base is reproducible from its recipe and locks, and counts as made only when
+    it carries that hash: halo.images.base). Never the image ID made here, which would make
+    the hash differ before and after `halo image base`, or on a host with no engine."""
     if "@sha256:" in state.ref:
         return state.ref.split("@", 1)[1]
-    return f"pending:{recipe}"
+    return f"recipe:{recipe}"
 
 
 def source_pins(repo: Path, names: tuple[str, ...]) -> dict[str, object]:

@@ -70,7 +70,7 @@ def derivation_rows(
     from halo.images.estimate import CacheProbe, compile_estimate, where
 
     if drvs is None:
-        drvs = image_derivations(repo, catalog, image, docker)
+        drvs = image_derivations(repo, catalog, image)
     cache = CacheProbe(configured_cache() if drvs else None)
     rows = []
     for drv in drvs:
@@ -106,8 +106,18 @@ def image_plan(
     answers; else the built-in BuildKit's `docker build`)."""
     ev = evaluate(repo, catalog, image, docker)
     lock = load_lock(lock_path(repo / "pins", image.pins))
-    builder = docker.builder if docker else Builder("docker", buildx=False)
-    return make_plan(repo, catalog, ev, lock, store, builder)
+    return make_plan(repo, catalog, ev, lock, store, plan_builder(docker))
+
+
+def plan_builder(docker: Docker | None) -> Builder:
+    """The engine's builder; where there is none usable (no engine, or a CLI without buildx),
+    the built-in BuildKit's `docker build`: a plan is made on any host, a build says why not."""
+    if docker is not None:
+        try:
+            return docker.builder
+        except HaloError:
+            pass
+    return Builder("docker", buildx=False)
 
 
 def render_plan(
@@ -117,14 +127,7 @@ def render_plan(
     base = catalog.bases[image.base]
     arts = artifact_sizes(plan.lock_data, store)
     lines = [f"plan {plan.image}: {plan.moving_ref} + {plan.immutable_ref}"]
-    lines.append(
-        f"input hash: {plan.input_hash}"
-        + (
-            "  (provisional: base not made here; its digest replaces the recipe hash once made)"
-            if plan.provisional
-            else ""
-        )
-    )
+    lines.append(f"input hash: {plan.input_hash}")
     lines.append(
         table(("input", "value"), [(k, _short(v)) for k, v in sorted(plan.inputs.items())])
     )
@@ -140,7 +143,9 @@ def render_plan(
     drvs = plan.evaluation.derivations
     drv_rows = derivation_rows(repo, catalog, image, store, docker, drvs) if drvs else []
     if drv_rows:
-        lines.append("\nsource derivations (compiled offline, once per input hash; HALO_BUILDER):")
+        lines.append(
+            "\nsource derivations (compiled offline, once per derivation hash; HALO_BUILDER):"
+        )
         lines.append(table(("source", "commit", "cuda arch", "derivation", "wheel"), drv_rows))
 
     have = sum(a.in_store for a in plan.artifacts)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from halo.registry.refs import redact_url
+from halo.urls import redact_url
 
 PREFIX = "org.opencontainers.image"
 

@@ -112,12 +112,12 @@ def _promote(args: argparse.Namespace) -> int:
 
 
 def _push(args: argparse.Namespace) -> int:
-    from halo.images.cli import _selected
+    from halo.images.catalog import selected
     from halo.images.publish import push, registry_from
 
     repo, catalog = _catalog()
     registry = registry_from(args.registry)
-    images = _selected(catalog, args.names, args.all)
+    images = selected(catalog, args.names, args.all)
     _published([push(repo, image, registry, _progress) for image in images])
     if args.verify_public:
         _print_public(images, registry)
@@ -125,11 +125,11 @@ def _push(args: argparse.Namespace) -> int:
 
 
 def _verify_public(args: argparse.Namespace) -> int:
-    from halo.images.cli import _selected
+    from halo.images.catalog import selected
     from halo.images.publish import registry_from
 
     _, catalog = _catalog()
-    _print_public(_selected(catalog, args.names, args.all), registry_from(args.registry))
+    _print_public(selected(catalog, args.names, args.all), registry_from(args.registry))
     return 0
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from halo.pins.lockfile import SHA256_RE, Lock, Package, normalize
 from halo.pins.source_pins import SourcePin
+from halo.urls import redact_url
 
 if TYPE_CHECKING:
     from halo.pins.locking import PinState
@@ -330,7 +331,7 @@ def source_not_from_index(pins: Pins, policy: Policy) -> Iterable[Violation]:
                     pkg.name,
                     "source-not-from-index",
                     f"{pkg.version} came from the index; {src.name} is a source pin "
-                    f"({src.repository}); drop it from the set's requirements",
+                    f"({redact_url(src.repository)}); drop it from the set's requirements",
                 )
 
 

@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal
 from packaging.utils import canonicalize_name as normalize  # readers of locks import it here
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
+from halo.confine import name_problem
 from halo.errors import HaloError
 from halo.pins.names import lock_name, lock_path  # noqa: F401  (re-exported: readers use both)
 
@@ -106,7 +107,7 @@ def _normalized(value: str) -> str:
 
 def _relative_file(value: str) -> str:
     name = value.removeprefix(f"{FILES_DIR}/")
-    if name == value or not name or "/" in name or "\\" in name or name.startswith("."):
+    if name == value or name_problem(name) or "/" in name or name.startswith("."):
         raise ValueError(f"must be '{FILES_DIR}/' and a file name, relative to the lock")
     return value
 

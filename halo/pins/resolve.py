@@ -139,6 +139,28 @@ def uv_args(
     return args
 
 
+def uv_indexes(indexes: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The indexes as uv takes them, and the environment that carries their credentials.
+
+    One with a user part (``https://user:TOKEN@host/simple/``) becomes a named index
+    (``halo0=https://host/simple/``) whose credentials uv reads from its own
+    ``UV_INDEX_HALO0_USERNAME`` / ``_PASSWORD``: never on the command line (which ``ps`` shows)
+    and never in a line uv or halo prints.
+    """
+    from halo.urls import split_userinfo
+
+    args, env = [], {}
+    for i, url in enumerate(indexes):
+        bare, creds = split_userinfo(url)
+        if creds is None:
+            args.append(url)
+            continue
+        args.append(f"halo{i}={bare}")
+        env[f"UV_INDEX_HALO{i}_USERNAME"] = creds.username
+        env[f"UV_INDEX_HALO{i}_PASSWORD"] = creds.password
+    return args, env
+
+
 def _uv_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("UV_") or k in UV_ENV_KEEP}
     env["UV_PYTHON_DOWNLOADS"] = "never"
@@ -189,27 +211,42 @@ class UvResolver:
             if inputs.exclude:
                 excludes = Path(tmp) / "excludes.txt"
                 excludes.write_text("".join(f"{name}\n" for name in inputs.exclude))
-            base = uv_args(inputs, _indexes(index_urls), substitutes, excludes)
+            indexes, creds_env = uv_indexes(_indexes(index_urls))
+            base = uv_args(inputs, indexes, substitutes, excludes)
             annotated = Path(tmp) / "requirements.txt"
             annotated.write_text(prefer.requirements_txt())
             annotate = ["--no-header", "--annotation-style", "split", "-o", str(annotated)]
             self._run(
-                uv, [*base, *prefer.upgrade.uv_args(), *annotate], inputs, pins_dir, substitutes
+                uv,
+                [*base, *prefer.upgrade.uv_args(), *annotate],
+                inputs,
+                pins_dir,
+                substitutes,
+                creds_env,
             )
             # The file list for exactly that resolution: every package pinned as a constraint.
             resolved = Path(tmp) / "resolved.txt"
             resolved.write_text(exact_pins(annotated.read_text()))
             pylock = Path(tmp) / "pylock.toml"
             exact = ["--constraints", str(resolved), "-o", str(pylock)]
-            self._run(uv, [*base, *exact], inputs, pins_dir, substitutes)
+            self._run(uv, [*base, *exact], inputs, pins_dir, substitutes, creds_env)
             return Resolution(pylock=pylock.read_text(), annotated=annotated.read_text())
 
     @staticmethod
     def _run(
-        uv: str, args: list[str], inputs: SetInputs, pins_dir: Path, substitutes: list[Path]
+        uv: str,
+        args: list[str],
+        inputs: SetInputs,
+        pins_dir: Path,
+        substitutes: list[Path],
+        creds_env: dict[str, str],
     ) -> None:
         proc = subprocess.run(
-            [uv, *args], cwd=pins_dir, env=_uv_env(), capture_output=True, text=True
+            [uv, *args],
+            cwd=pins_dir,
+            env={**_uv_env(), **creds_env},
+            capture_output=True,
+            text=True,
         )
         if proc.returncode != 0:
             say(proc.stderr.rstrip())

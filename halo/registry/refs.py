@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import urllib.parse
 from dataclasses import dataclass
 
 from halo.errors import HaloError
+from halo.urls import redact_url  # the one redaction (its readers import it here too)
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -98,30 +98,3 @@ def parse_ref(text: str) -> Ref:
     if not path:
         raise HaloError(f"{text}: expected HOST/REPOSITORY[:TAG][@sha256:…]")
     return Ref(Repo(host, path), tag, digest or None)
-
-
-def redact_url(url: str) -> str:
-    """``url`` without userinfo, query or fragment: what may reach a label, a record or a log.
-
-    ``https://user:token@host/org/repo.git?x#y`` → ``https://host/org/repo.git``; the scp-like
-    ``git@host:org/repo.git`` → ``ssh://host/org/repo.git``; anything unparseable → ``""``.
-    """
-    url = url.strip()
-    scp = re.match(r"^[^/@:]+@([^/:]+):(?!//)(.+)$", url)
-    if scp:
-        return f"ssh://{scp.group(1)}/{scp.group(2).lstrip('/')}"
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return ""
-    if not parts.scheme or not parts.hostname:
-        return "" if "@" in url else url
-    host = parts.hostname
-    if ":" in host:
-        host = f"[{host}]"
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    netloc = f"{host}:{port}" if port else host
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))

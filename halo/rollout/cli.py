@@ -35,7 +35,7 @@ def _serve(args: argparse.Namespace) -> int:
             rows.append(
                 (
                     kind.name,
-                    kind.url,
+                    kind.shown,
                     "answers" if why is None else "down",
                     run.pid if run and run.alive() else "-",
                     run.log if run else "-",

@@ -17,10 +17,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from halo.errors import HaloError
+from halo.urls import join_path, redact_url, request, split_userinfo
 
 T = TypeVar("T")
 # Requests in flight at once when sampling a batch: enough to keep a server's batch full.
@@ -44,16 +45,31 @@ class Sample:
 
 @dataclass(frozen=True)
 class Client:
-    url: str
+    """``url`` is the server's base URL as configured. It may carry credentials: a user part
+    (sent as an Authorization header, never as part of the host name) or a query (an API
+    gateway's ``?api_key=…``, sent on every request). Lines show ``shown``, never ``url``."""
+
+    url: str = field(repr=False)
     model: str
     timeout_s: float = 120.0
 
+    def __post_init__(self) -> None:
+        split_userinfo(self.url)  # a URL that cannot be parsed is one line here, not mid-run
+
+    @property
+    def shown(self) -> str:
+        """The URL as logs, errors and records may show it (halo.urls.redact_url)."""
+        return redact_url(self.url).rstrip("/")
+
     def call(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
         data = None if payload is None else json.dumps(payload).encode()
-        req = urllib.request.Request(
-            self.url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        req = request(
+            join_path(self.url, path),
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"},
         )
-        where = f"{method} {self.url}{path}"
+        where = f"{method} {self.shown}{path}"
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
                 body = resp.read()
@@ -106,7 +122,7 @@ class Client:
                     "skip_special_tokens": False,
                 },
             )
-            return parse_completions(out, 1, n, f"POST {self.url}/v1/completions")[0]
+            return parse_completions(out, 1, n, f"POST {self.shown}/v1/completions")[0]
 
         if not prompts:
             return []
@@ -126,7 +142,7 @@ class Client:
                 "prompt_logprobs": 0,
             },
         )
-        where = f"POST {self.url}/v1/completions (prompt_logprobs)"
+        where = f"POST {self.shown}/v1/completions (prompt_logprobs)"
         try:
             rows = out["choices"][0]["prompt_logprobs"]
             values = []

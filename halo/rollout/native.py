@@ -74,7 +74,7 @@ def stack_python(kind: ServerKind) -> Path:
     if given := os.environ.get(env):
         py = Path(given)
     else:
-        from halo.stack.cli import venvs_root
+        from halo.paths import venvs_root
 
         py = venvs_root(None) / kind.cpu_pins / "bin" / "python"
     if not py.is_file():

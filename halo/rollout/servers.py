@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from halo.errors import HaloError
+from halo.urls import join_path, redact_url, request
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,11 @@ class ServerKind:
     def url(self) -> str:
         return os.environ.get(self.url_env, self.default_url).rstrip("/")
 
+    @property
+    def shown(self) -> str:
+        """``url`` as lines and tables may show it: without credentials (halo.urls)."""
+        return redact_url(self.url).rstrip("/")
+
     def start_line(self) -> str:
         """The exact command that starts this server (what the health guard prints)."""
         line = f"HALO_MODEL=/models/NAME docker compose -f {self.compose} up -d"
@@ -45,7 +51,7 @@ class ServerKind:
         if why is None:
             return None
         return (
-            f"no {self.name} rollout server at {self.url}/health ({why}); start it with: "
+            f"no {self.name} rollout server at {self.shown}/health ({why}); start it with: "
             f"{self.start_line()}  (or set {self.url_env})"
         )
 
@@ -86,19 +92,21 @@ def by_marker(marker: str) -> ServerKind:
 def probe(url: str, timeout: float = 3.0) -> str | None:
     """None when ``url``/health answers 200, else why not (one phrase)."""
     try:
-        with urllib.request.urlopen(f"{url}/health", timeout=timeout) as resp:
+        with urllib.request.urlopen(request(join_path(url, "/health")), timeout=timeout) as resp:
             return None if resp.status == 200 else f"/health answered HTTP {resp.status}"
     except urllib.error.HTTPError as exc:
         return f"/health answered HTTP {exc.code}"
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         return f"nothing answers ({getattr(exc, 'reason', exc)})"
+    except HaloError as exc:  # not a URL at all (its message is redacted)
+        return exc.message
 
 
-def _get(url: str, timeout: float = 10.0) -> Any:
+def _get(base: str, path: str, timeout: float = 10.0) -> Any:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with urllib.request.urlopen(request(join_path(base, path)), timeout=timeout) as resp:
             return json.loads(resp.read())
-    except (urllib.error.URLError, TimeoutError, OSError, ValueError):
+    except (urllib.error.URLError, TimeoutError, OSError, ValueError, HaloError):
         return None
 
 
@@ -114,14 +122,14 @@ class Identity:
 def identify(kind: ServerKind) -> Identity:
     url = kind.url
     if kind.name == "sglang":
-        info = _get(f"{url}/get_server_info") or {}
-        model = (_get(f"{url}/get_model_info") or {}).get("model_path", "?")
+        info = _get(url, "/get_server_info") or {}
+        model = (_get(url, "/get_model_info") or {}).get("model_path", "?")
         return Identity(str(info.get("version", "?")), str(info.get("device", "?")), str(model))
-    version = (_get(f"{url}/version") or {}).get("version", "?")
-    models = (_get(f"{url}/v1/models") or {}).get("data") or [{}]
+    version = (_get(url, "/version") or {}).get("version", "?")
+    models = (_get(url, "/v1/models") or {}).get("data") or [{}]
     # /server_info is a development endpoint (VLLM_SERVER_DEV_MODE=1); without it the device
     # is unknown rather than guessed.
-    info = _get(f"{url}/server_info?config_format=json") or {}
+    info = _get(url, "/server_info?config_format=json") or {}
     device = "?"
     cfg = info.get("vllm_config")
     if isinstance(cfg, dict):

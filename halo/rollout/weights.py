@@ -42,12 +42,12 @@ def check_served(
     served = client.prompt_logprobs(probe)
     if len(served) != len(expected):
         raise RolloutError(
-            f"{client.url}: scored {len(served)} probe tokens, the trainer {len(expected)}", False
+            f"{client.shown}: scored {len(served)} probe tokens, the trainer {len(expected)}", False
         )
     gap = max(abs(a - b) for a, b in zip(served, expected, strict=True))
     if gap > tolerance:
         raise RolloutError(
-            f"{client.url}: serves other weights than the trainer pushed "
+            f"{client.shown}: serves other weights than the trainer pushed "
             f"(probe log-probs differ by {gap:.4f} > {tolerance})",
             False,
         )

@@ -7,7 +7,6 @@ Exit codes: 0 every check passed; 1 a check failed (one line per failure on stde
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import time
@@ -17,7 +16,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from halo.paths import Layout
 
-VENVS_ENV = "HALO_STACK_VENVS"
+from halo.paths import VENVS_ENV, venvs_root
+
 NO_GPU = (
     "no GPU is used or claimed: these checks install, import, link and parse; "
     "no CUDA kernel runs (the gpu tiers stay skipped without a GPU)"
@@ -67,16 +67,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=argparse.SUPPRESS,  # inside an image: check the venv its build installed
     )
     verify.set_defaults(func=_verify)
-
-
-def venvs_root(explicit: Path | None) -> Path:
-    from halo.paths import scratch_root
-
-    if explicit is not None:
-        return explicit
-    if env := os.environ.get(VENVS_ENV):
-        return Path(env)
-    return scratch_root() / "stacks"
 
 
 def _verify(args: argparse.Namespace) -> int:

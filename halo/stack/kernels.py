@@ -69,7 +69,7 @@ def set_kernels(repo: Path, set_name: str, store: Store, workdir: Path) -> list[
     for image in catalog.images.values():
         if image.pins != set_name or not image.sources:
             continue
-        for drv in image_derivations(repo, catalog, image, None):
+        for drv in image_derivations(repo, catalog, image):
             h = derivation_hash(drv, repo)
             record = read_record(store, h)
             wheel = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from halo.confine import inside
 from halo.errors import HaloError
 from halo.patching.loader import load_patches
 from halo.patching.model import Patch
@@ -66,9 +67,12 @@ def stage_wheels(dest: Path, lock: Lock, store: Store) -> None:
             f"pins/{lock_name(lock.set)}: no pip wheel; the install step installs the lock offline with "
             "pip, add `pip` to the set's requirements"
         )
-    for art in lock.artifacts:
+    where = f"pins/{lock_name(lock.set)}: packages"
+    # Every file name first: a lock is not always one we wrote (the reader refuses these too).
+    targets = [(art, inside(dest, art.file, where)) for art in lock.artifacts]
+    for art, target in targets:
         store.verify(art.sha256, art.file)
-        store.link_into(art.sha256, dest / art.file)
+        store.link_into(art.sha256, target)
     pip_wheel = next(a for a in pip.artifacts if a.is_wheel)
     store.link_into(pip_wheel.sha256, dest / install_step.PIP_WHEEL)
     (dest / install_step.REQUIREMENTS).write_text(requirements(lock))

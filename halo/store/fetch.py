@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from halo.confine import inside
 from halo.errors import HaloError
 from halo.pins.lockfile import Artifact, Lock
 from halo.report import Progress, human_bytes, say, table
@@ -35,7 +36,7 @@ class Fetched:
 
 def _from_substitutes(store: Store, art: Artifact, dirs: Sequence[Path]) -> bool:
     for folder in dirs:
-        candidate = folder / art.file
+        candidate = inside(folder, art.file, f"{art.file} (substitute {folder})")
         if not candidate.is_file():
             continue
         try:

@@ -14,9 +14,11 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from packaging.utils import canonicalize_name as normalize
+
 from halo.errors import HaloError
 from halo.hashing import CHUNK
-from halo.pins.lockfile import normalize
+from halo.urls import redact_url, request
 
 ACCEPT = "application/vnd.pypi.simple.v1+json"
 TIMEOUT_S = 60
@@ -33,7 +35,7 @@ class IndexClient:
             files: list[dict] = []
             for base in self.urls:
                 url = urllib.parse.urljoin(base, f"{key}/")
-                req = urllib.request.Request(url, headers={"Accept": ACCEPT})
+                req = request(url, headers={"Accept": ACCEPT})
                 try:
                     with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
                         page = json.load(resp)
@@ -49,10 +51,14 @@ class IndexClient:
                         f"{project}: index unreachable or not PEP 691 JSON ({exc})"
                     ) from None
                 if not isinstance(page, dict) or not isinstance(page.get("files", []), list):
-                    raise HaloError(f"{project}: index page is not PEP 691 JSON ({url})")
+                    raise HaloError(
+                        f"{project}: index page is not PEP 691 JSON ({redact_url(url)})"
+                    )
                 for entry in page.get("files", []):
                     if not isinstance(entry, dict) or not isinstance(entry.get("url"), str):
                         continue
+                    # Joined to the page's URL: a file on the index's own host keeps its
+                    # userinfo (sent as a header by download), one elsewhere gets none.
                     entry["url"] = urllib.parse.urljoin(url, entry["url"])
                     files.append(entry)
             self._pages[key] = files
@@ -70,9 +76,9 @@ class IndexClient:
     @staticmethod
     def download(url: str) -> tuple[int | None, Iterator[bytes]]:
         """(Content-Length or None, the body in chunks); a dropped connection is one line."""
-        name = url.rsplit("/", 1)[-1]
+        name = urllib.parse.urlsplit(redact_url(url)).path.rsplit("/", 1)[-1] or redact_url(url)
         try:
-            resp = urllib.request.urlopen(url, timeout=TIMEOUT_S)
+            resp = urllib.request.urlopen(request(url), timeout=TIMEOUT_S)
         except (OSError, http.client.HTTPException) as exc:
             raise HaloError(f"{name}: download failed ({exc})") from None
         length = resp.headers.get("Content-Length")

@@ -14,43 +14,12 @@ from halo.report import table
 from halo.rollout import native
 from halo.rollout.native import Running
 from halo.rollout.servers import ServerKind, identify
-from halo.rollout.servers import server as rollout_server
 from halo.testing.container import SCRATCH, RunSpec, run_spec
+from halo.testing.tier_table import TIERS, Tier, tier
+
+__all__ = ["TIERS", "Tier", "tier"]  # the table lives below the catalog (halo.testing.tier_table)
 
 NO_TESTS_COLLECTED = 5
-
-
-@dataclass(frozen=True)
-class Tier:
-    name: str
-    marker: str
-    path: str
-    gpus: bool = False
-    parallel: bool = False  # pytest-xdist workers; GPU and server tiers share one device, so no
-    server: str = ""  # the rollout server it talks to (halo.rollout.servers)
-
-    @property
-    def server_kind(self) -> ServerKind | None:
-        return rollout_server(self.server) if self.server else None
-
-
-TIERS = {
-    t.name: t
-    for t in (
-        Tier("cpu", "cpu", "tests/cpu", parallel=True),
-        Tier("gpu-core", "gpu_core", "tests/gpu_core", gpus=True),
-        Tier("gpu-full", "gpu_full", "tests/gpu_full", gpus=True),
-        Tier("rollout-vllm", "rollout_vllm", "tests/rollout", server="vllm"),
-        Tier("rollout-sglang", "rollout_sglang", "tests/rollout", server="sglang"),
-    )
-}
-
-
-def tier(name: str) -> Tier:
-    key = name.replace("_", "-")
-    if key not in TIERS:
-        raise HaloError(f"unknown test tier '{name}' (known: {', '.join(TIERS)})")
-    return TIERS[key]
 
 
 def check_server(t: Tier) -> None:

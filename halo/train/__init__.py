@@ -15,4 +15,6 @@ Layout, one job per module:
   loop        the training loop shared by all methods
   run         the process entry point the launcher starts
   bench       tokens/s of our loop against a plain PyTorch loop
+  gpubench    tokens/s and MFU on one GPU, ~1B Llama, against a plain PyTorch loop
+  numerics    attention kernels and trainer steps compared against fp32 (the GPU tiers' checks)
 """

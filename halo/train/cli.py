@@ -81,6 +81,7 @@ def launch(args: argparse.Namespace) -> int:
     from halo.report import table
     from halo.train import config, launcher, registry
     from halo.train import preflight as pf
+    from halo.urls import redact_text
 
     reg = registry.default()
     if args.list:
@@ -112,7 +113,8 @@ def launch(args: argparse.Namespace) -> int:
     if args.dry_run:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.env.items()))
         print(f"# launcher: {plan.launcher}, {plan.nproc} process(es)")
-        print(f"command: {(env + ' ') if env else ''}{shlex.join(plan.argv)}")
+        shown = redact_text(shlex.join(plan.argv))  # an override may carry a URL's token
+        print(f"command: {(env + ' ') if env else ''}{shown}")
         print(f"checkpoints: {cfg.job_dir}")
         print(f"logs: {cfg.log_dir / 'metrics.jsonl'}")
         print("# preflight")

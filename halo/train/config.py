@@ -331,7 +331,7 @@ def load(path: Path, method: str | None, overrides: list[str] | None = None) -> 
     path = Path(os.path.realpath(path))
     raw = read_yaml(path)
     resolve_paths(raw, path.parent)
-    ov.apply(raw, ov.parse(overrides or []), schema=Config)
+    ov.apply(raw, ov.parse(overrides or []), schema=Config, resolve_paths=resolve_paths)
     return from_dict(raw, method, str(path))
 
 
@@ -341,4 +341,11 @@ def to_dict(cfg: Config) -> dict[str, Any]:
 
 
 def dump_yaml(cfg: Config) -> str:
-    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+    """The config as it is shown (a dry run prints it): URLs without their credentials."""
+    from halo.urls import redact_url
+
+    data = to_dict(cfg)
+    runtime = data.get("runtime") or {}
+    if runtime.get("rollout_url"):
+        runtime["rollout_url"] = redact_url(runtime["rollout_url"])
+    return yaml.safe_dump(data, sort_keys=False)

@@ -27,6 +27,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from halo import atomic, schema
+from halo.confine import inside, name_problem
 from halo.errors import HaloError
 from halo.hashing import sha256_file
 
@@ -80,13 +81,31 @@ def _from_hub(entry: Entry, name: str, tmp: Path) -> Path:
         ) from None
 
 
+def _planned(spec: SeedList, list_path: Path, cache: Path) -> list[list[tuple[str, str, Path]]]:
+    """Per entry, every (file, sha256, destination), each name confined to the cache: a list
+    from elsewhere must not write outside it (``../../.bashrc``). All are checked before any
+    is written.
+    """
+    out = []
+    for i, entry in enumerate(spec.model):
+        where = f"{list_path}: model[{i}] ({entry.id}): files"
+        for name in entry.files:
+            if why := name_problem(name):
+                raise HaloError(
+                    f"{where}: {name!r}: {why}; refused (names are relative to the snapshot)"
+                )
+        snap = snapshot(cache, entry).relative_to(cache).as_posix()
+        # Confined to the cache, not the snapshot: Hugging Face's own snapshots hold links
+        # into the cache's blobs/, and a file already placed may be one.
+        out.append([(n, d, inside(cache, n, where, snap)) for n, d in sorted(entry.files.items())])
+    return out
+
+
 def seed(list_path: Path, source: Path | None, cache: Path) -> list[Placed]:
     spec = schema.validate(SeedList, schema.read_toml(list_path), str(list_path))
     placed = []
-    for entry in spec.model:
-        snap = snapshot(cache, entry)
-        for name, digest in sorted(entry.files.items()):
-            dest = snap / name
+    for entry, files in zip(spec.model, _planned(spec, list_path, cache), strict=True):
+        for name, digest, dest in files:
             if dest.is_file() and sha256_file(dest) == digest:
                 placed.append(Placed(entry.id, name, "cached"))
                 continue
@@ -107,7 +126,7 @@ def seed(list_path: Path, source: Path | None, cache: Path) -> list[Placed]:
                     )
                 atomic.write_bytes(dest, got.read_bytes())
             placed.append(Placed(entry.id, name, how))
-        atomic.write_text(snap.parent.parent / "refs" / "main", entry.revision)
+        atomic.write_text(snapshot(cache, entry).parent.parent / "refs" / "main", entry.revision)
     return placed
 
 

@@ -47,10 +47,11 @@ def _grad_norm(tr: Trainer) -> float:
     return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
 
-def _pass(
+def backward(
     tr: Trainer, batches: list[Batch], prepared: list[Any], count: float
-) -> tuple[float, dict[str, float]]:
-    """One forward/backward over the micro-batches and one optimizer update."""
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Forward/backward over the micro-batches, gradients accumulated, no update: the summed
+    loss and extra metric sums (halo.train.numerics compares exactly this across set-ups)."""
     ctx = tr.ctx
     tr.optim.zero_grad(set_to_none=True)
     loss_sum = torch.zeros((), device=ctx.device)
@@ -64,6 +65,15 @@ def _pass(
         loss_sum += s.detach().float()
         for k, v in extra.items():
             extra_sum[k] = extra_sum.get(k, torch.zeros((), device=ctx.device)) + v.detach().float()
+    return loss_sum, extra_sum
+
+
+def _pass(
+    tr: Trainer, batches: list[Batch], prepared: list[Any], count: float
+) -> tuple[float, dict[str, float]]:
+    """One forward/backward over the micro-batches and one optimizer update."""
+    ctx = tr.ctx
+    loss_sum, extra_sum = backward(tr, batches, prepared, count)
     loss = (ctx.sum(loss_sum) / count).item()
     if not math.isfinite(loss):
         raise DivergedError(
@@ -79,9 +89,9 @@ def _pass(
     return loss, {k: (ctx.sum(v) / count).item() for k, v in extra_sum.items()}
 
 
-def step(tr: Trainer, items: list[Any]) -> StepStats:
-    """One optimizer step (``updates_per_batch`` passes) on this process's share of a batch."""
-    t0, c0 = time.monotonic(), time.process_time()
+def prepare(tr: Trainer, items: list[Any]) -> tuple[list[Batch], list[Any], float]:
+    """A share of a batch as device micro-batches, what the method precomputes without
+    gradients (reference log-probs), and the trained-on count over all processes."""
     ctx, method = tr.ctx, tr.method
     batches = [
         _to(method.collate(mb), ctx.device)
@@ -96,6 +106,14 @@ def step(tr: Trainer, items: list[Any]) -> StepStats:
             if method.prepare
             else [None] * len(batches)
         )
+    return batches, prepared, count
+
+
+def step(tr: Trainer, items: list[Any]) -> StepStats:
+    """One optimizer step (``updates_per_batch`` passes) on this process's share of a batch."""
+    t0, c0 = time.monotonic(), time.process_time()
+    ctx, method = tr.ctx, tr.method
+    batches, prepared, count = prepare(tr, items)
     losses, extras = [], []
     for _ in range(method.updates_per_batch):
         loss, extra = _pass(tr, batches, prepared, count)

@@ -7,17 +7,17 @@ last part (`lr` -> `optim.lr`). Values are parsed as YAML (`3`, `1e-5`, `[0, 1]`
 from __future__ import annotations
 
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from halo.errors import HaloError
+from halo.schema import load_yaml
 
 
 def parse(args: list[str]) -> list[tuple[str, Any]]:
-    from halo.train.config import parse_yaml
-
     out = []
     for arg in args:
         if arg == "--":
@@ -27,7 +27,7 @@ def parse(args: list[str]) -> list[tuple[str, Any]]:
         key, _, value = arg[2:].partition("=")
         if not key:
             raise HaloError(f"override {arg!r}: empty key")
-        out.append((key, parse_yaml(value, f"override {arg!r}") if value else ""))
+        out.append((key, load_yaml(value, f"override {arg!r}") if value else ""))
     return out
 
 
@@ -63,9 +63,14 @@ def resolve_key(key: str, schema: type[BaseModel]) -> str:
     return key  # unknown: validation reports it with its path
 
 
-def apply(raw: dict[str, Any], edits: list[tuple[str, Any]], schema: type[BaseModel]) -> None:
-    from halo.train.config import resolve_paths
-
+def apply(
+    raw: dict[str, Any],
+    edits: list[tuple[str, Any]],
+    schema: type[BaseModel],
+    resolve_paths: Callable[[dict[str, Any], Path], None],
+) -> None:
+    """Edit ``raw`` in place; ``resolve_paths`` is the config's own (which keys are paths is
+    the config's knowledge: this module only edits mappings, and sits below it)."""
     for key, value in edits:
         full = resolve_key(key, schema)
         node = raw

@@ -1,16 +1,35 @@
 """The pull-request GPU gate: one GPU, the image's own CUDA 13 stack, the trainer in bf16.
 
-Run inside the image (`nox -s test-gpu-core`) or natively (`halo test gpu-core --native`).
-Without a GPU every test here is skipped with the reason (tests/conftest.py), never passed.
+Every test compares against a reference: attention kernels (forward and backward) against
+fp32 SDPA, the bf16 step against the fp32 step, a resumed run against an uninterrupted one,
+GRPO/DPO steps on the GPU against the same step on the CPU, versions against the lock.
+The comparison logic is halo.train.numerics, itself tested on the CPU (tests/cpu/test_numerics.py).
+
+Run inside the image (`nox -s test-gpu-core`), natively (`halo test gpu-core --native`) or on
+a lent GPU machine (`nox -s device-check`, docs/gpu.md). Without a GPU every test here is
+skipped with the reason (tests/conftest.py), never passed.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from cpu.conftest import EXAMPLES, REPO, outputs, run_halo
+from cpu.conftest import EXAMPLES, REPO, metrics, outputs, run_halo, train_here
+
+from halo.train import attention
+
+try:
+    from halo.train import numerics as nm
+
+    CASES: tuple[Any, ...] = nm.CASES
+except ImportError:  # no torch: tests/conftest.py skips every test here with that reason
+    CASES = ()
 
 pytestmark = pytest.mark.gpu_core
 
@@ -35,18 +54,171 @@ def test_torch_is_the_cuda13_build() -> None:
     )
 
 
-def test_nccl_is_the_locked_version() -> None:
+def _image_lock() -> Any:
     if not BUILD_RECORD.is_file():
-        pytest.skip("needs an image's /etc/halo/build.json to know its pin set (running natively)")
+        pytest.skip(
+            "needs an image's /etc/halo/build.json to know its pin set (running natively, "
+            "outside an image: the host's own torch/NCCL/CUDA are not the lock's to check)"
+        )
     from halo.images.catalog import load_catalog
     from halo.pins.lockfile import load_lock, lock_path
 
     image = json.loads(BUILD_RECORD.read_text())["image"]
-    lock = load_lock(lock_path(REPO / "pins", load_catalog(REPO).image(image).pins))
-    pinned = lock.package("nvidia-nccl-cu13")
-    assert pinned is not None
+    return load_lock(lock_path(REPO / "pins", load_catalog(REPO).image(image).pins))
+
+
+def _pinned(lock: Any, name: str) -> str:
+    pkg = lock.package(name)
+    assert pkg is not None, f"{name} is not in the image's lock"
+    return str(pkg.version)
+
+
+def test_nccl_is_the_locked_version() -> None:
+    lock = _image_lock()
     major, minor, patch = _torch().cuda.nccl.version()
-    assert f"{major}.{minor}.{patch}" == pinned.version
+    assert f"{major}.{minor}.{patch}" == _pinned(lock, "nvidia-nccl-cu13")
+
+
+def test_torch_and_cuda_are_the_locked_versions() -> None:
+    lock = _image_lock()
+    torch = _torch()
+    assert torch.__version__.split("+")[0] == _pinned(lock, "torch")
+    runtime = _pinned(lock, "nvidia-cuda-runtime")
+    # torch reports the CUDA it was built against (major.minor); the runtime wheel is that
+    # family's patch release.
+    assert runtime.split(".")[:2] == torch.version.cuda.split(".")[:2], (
+        runtime,
+        torch.version.cuda,
+    )
+
+
+# --- attention kernels against fp32 -----------------------------------------------------------
+
+# The architecture each kernel generation runs on (FA4: Blackwell's tcgen05; FA3: Hopper's wgmma).
+NEEDS_SM = {"fa4": (10,), "fa3": (9,), "fa2": (8, 9, 10, 12), "sdpa": ()}
+
+
+def _runnable(backend: str) -> None:
+    torch = _torch()
+    cap = torch.cuda.get_device_capability()
+    arches = NEEDS_SM[backend]
+    if arches and cap[0] not in arches:
+        pytest.skip(f"{backend} does not run on SM{cap[0]}{cap[1]} (runs on SM{arches[0]}x)")
+    if backend != "sdpa" and not attention.module_importable(attention.MODULES[backend]):
+        pytest.skip(f"{backend}: {attention.MODULES[backend]} is not installed in this environment")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize("backend", attention.BACKENDS)
+def test_attention_forward_and_backward_match_fp32(
+    backend: str, case: Any, record_property: Any
+) -> None:
+    _runnable(backend)
+    report = nm.compare_attention(nm.backend_fn(backend), case, _torch().bfloat16, "cuda")
+    record_property("errors", report.describe())
+    assert report.ok, report.describe()
+
+
+# --- the trainer's step -------------------------------------------------------------------------
+
+SFT = EXAMPLES / "sft" / "config.yaml"
+
+
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "activation-checkpointing"])
+def test_bf16_step_matches_fp32_step(checkpointing: bool, record_property: Any) -> None:
+    ac = f"--model.activation_checkpointing={str(checkpointing).lower()}"
+    fp32 = nm.build_trainer("sft", SFT, ["--training.precision=fp32", ac], "cuda")
+    bf16 = nm.build_trainer("sft", SFT, ["--training.precision=bf16", ac], "cuda")
+    want, got = nm.measure_step(*fp32, update=True), nm.measure_step(*bf16, update=True)
+    report = nm.compare_steps(got, want, nm.STEP_TOLERANCES["bf16"])
+    record_property("errors", report.describe())
+    assert report.ok, report.describe()
+
+
+@pytest.mark.parametrize("method,example", [("offline-grpo", "grpo"), ("preference/dpo", "dpo")])
+def test_step_on_the_gpu_matches_the_cpu(method: str, example: str, record_property: Any) -> None:
+    """fp32 on both: what differs is the device's kernels and summation order only."""
+    cfg = EXAMPLES / example / "config.yaml"
+    fp32 = ["--training.precision=fp32"]
+    want = nm.measure_step(*nm.build_trainer(method, cfg, fp32, "cpu"), update=True)
+    got = nm.measure_step(*nm.build_trainer(method, cfg, fp32, "cuda"), update=True)
+    report = nm.compare_steps(got, want, nm.STEP_TOLERANCES["fp32"])
+    record_property("errors", report.describe())
+    assert report.ok, report.describe()
+
+
+def _run(tmp: Path, precision: str, *extra: str) -> tuple[list[float], dict[str, Any]]:
+    rc, out = train_here(
+        "sft", SFT, tmp, f"--training.precision={precision}", "--training.max_steps=8",
+        "--checkpoint.every_steps=4", "--checkpoint.keep_last=0", *extra,
+    )  # fmt: skip
+    assert rc == 0, out[-3000:]
+    from halo.train import checkpoint
+
+    found = checkpoint.latest(tmp / "ck" / "tiny-sft")
+    assert found is not None and found.path.name.endswith("_step_8"), found
+    return [r["loss"] for r in metrics(tmp, "tiny-sft") if "loss" in r], checkpoint.load_weights(
+        found.path
+    )
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_resume_on_the_gpu_continues_the_uninterrupted_run(
+    tmp_path: Path, precision: str, record_property: Any
+) -> None:
+    """Resumed from step 4 (the step-8 checkpoint removed), the run ends where the
+    uninterrupted run ended: bit for bit when two uninterrupted runs agree bit for bit
+    (deterministic kernels), else within the precision's tolerance; junit says which."""
+    import torch
+
+    losses, weights = _run(tmp_path / "a", precision)
+    again_losses, again_weights = _run(tmp_path / "b", precision)
+    deterministic = again_losses == losses and all(
+        torch.equal(again_weights[k], weights[k]) for k in weights
+    )
+    resumed = tmp_path / "r"
+    shutil.copytree(tmp_path / "a" / "ck", resumed / "ck")
+    for ck in (resumed / "ck" / "tiny-sft").glob("*_step_8"):
+        shutil.rmtree(ck)
+    r_losses, r_weights = _run(resumed, precision)
+    record_property(
+        "comparison", "bitwise" if deterministic else "tolerance (nondeterministic kernels)"
+    )
+    assert r_weights.keys() == weights.keys()
+    if deterministic:
+        assert r_losses[-1] == losses[-1]
+        for k in weights:
+            assert torch.equal(r_weights[k], weights[k]), k
+        return
+    rel = 1e-5 if precision == "fp32" else 2e-2
+    assert abs(r_losses[-1] - losses[-1]) <= rel * max(1.0, abs(losses[-1]))
+    for k in weights:
+        torch.testing.assert_close(r_weights[k], weights[k], rtol=rel * 10, atol=rel, msg=k)
+
+
+# --- DeepEP ------------------------------------------------------------------------------------
+
+DEEPEP = Path(__file__).resolve().parent / "deepep_roundtrip.py"
+
+
+def deepep_round_trip(nproc: int, timeout: float = 300) -> None:
+    """DeepEP intranode dispatch + combine across ``nproc`` GPUs (torchrun, one rank each)."""
+    if not attention.module_importable("deep_ep"):
+        pytest.skip("deep_ep is not installed in this environment (the GPU images build it)")
+    argv = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", str(DEEPEP)]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert r.stdout.count("deepep: round trip ok") == nproc, r.stdout[-2000:]
+
+
+def test_deepep_intranode_round_trip() -> None:
+    gpus = _torch().cuda.device_count()
+    if gpus < 2:
+        pytest.skip(
+            f"DeepEP's intranode exchange needs at least 2 GPUs, {gpus} visible here: "
+            "gpu_full's test_deepep_intranode_on_every_gpu runs it on a multi-GPU machine"
+        )
+    deepep_round_trip(2)
 
 
 def test_attention_backend_fits_the_architecture_and_agrees_with_sdpa() -> None:

@@ -280,7 +280,7 @@ def test_cli_pull_refuses_a_forged_entry_with_one_line_and_plan_sees_the_cache(
     catalog = load_catalog(REPO)
     (drv,) = [
         d
-        for d in image_derivations(REPO, catalog, catalog.image("blackwell"), None)
+        for d in image_derivations(REPO, catalog, catalog.image("blackwell"))
         if d.name == "deep-ep"
     ]
     inputs = drv.inputs(REPO)

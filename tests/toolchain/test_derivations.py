@@ -36,7 +36,7 @@ from support import REPO, docker_or_skip, halo
 from halo.builder.native import FIXED
 from halo.builder.toolchain import Toolchain, docker_toolchain
 from halo.errors import HaloError
-from halo.images.base import make_base
+from halo.images.base import make_base, recipe_hash
 from halo.images.catalog import load_catalog
 from halo.images.derivations import (
     Derivation,
@@ -46,6 +46,7 @@ from halo.images.derivations import (
     image_derivations,
     realise,
 )
+from halo.images.inputs import base_identity
 from halo.pins.lockfile import Artifact, load_lock
 from halo.pins.source_pins import Submodule
 
@@ -112,7 +113,7 @@ def _image_hashes(repo: Path) -> dict[tuple[str, str], str]:
     return {
         (image.name, d.name): derivation_hash(d, repo)
         for image in catalog.images.values()
-        for d in image_derivations(repo, catalog, image, None)
+        for d in image_derivations(repo, catalog, image)
     }
 
 
@@ -157,7 +158,7 @@ def test_one_architecture_per_image_for_flash_attention() -> None:
     envs = {
         (image.name, d.name): dict(d.env)
         for image in (catalog.image("blackwell"), catalog.image("hopper"))
-        for d in image_derivations(REPO, catalog, image, None)
+        for d in image_derivations(REPO, catalog, image)
     }
     assert envs[("blackwell", "flash-attn")]["FLASH_ATTN_CUDA_ARCHS"] == "100"
     assert envs[("hopper", "flash-attn")]["FLASH_ATTN_CUDA_ARCHS"] == "90"
@@ -310,10 +311,12 @@ def test_c_extension_compiles_in_docker_once_then_is_reused(tmp_path: Path) -> N
     docker = docker_or_skip()
     fetched_or_skip("cpu")
     catalog = load_catalog(REPO)
-    builder = make_base(catalog.bases["debian12-build"], REPO, docker, tmp_path / "work")
+    base = catalog.bases["debian12-build"]
+    builder = make_base(base, REPO, docker, tmp_path / "work")
     assert builder.image_id
     lock = load_lock(REPO / "pins" / "pylock.cpu.toml")
-    tc = docker_toolchain(lock, "python3", builder.ref, builder.image_id, SMALL)
+    identity = base_identity(builder, recipe_hash(base, REPO))  # as toolchain_for names it
+    tc = docker_toolchain(lock, "python3", builder.ref, identity, SMALL)
     pin = pin_for(DEMO_C, "demo-ext", "halo-demo-ext")
     store = store_with(tmp_path / "store", tc, pin, DEMO_C)
     drv = Derivation(pin, tc, (("DEMO_GREETING", "hi"),), ())

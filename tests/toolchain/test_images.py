@@ -287,17 +287,15 @@ def test_input_hash_ignores_bytecode_and_caches(repo_copy: Path) -> None:
     assert _inputs(repo_copy).hash == before
 
 
-def test_a_made_base_enters_the_hash_by_its_digest(repo_copy: Path) -> None:
+def test_a_base_enters_the_hash_by_its_recipe_or_pinned_digest_never_a_local_id() -> None:
     from halo.images.inputs import base_identity
 
-    assert (
-        base_identity(BaseState("halo-base/x:1", "sha256:" + "a" * 64), "r") == "sha256:" + "a" * 64
-    )
+    made = BaseState("halo-base/x:1", "sha256:" + "a" * 64)
+    assert base_identity(made, "r") == "recipe:r" == base_identity(BaseState(made.ref, None), "r")
     assert (
         base_identity(BaseState("nvidia/cuda:13@sha256:" + "b" * 64, None), "r")
         == "sha256:" + "b" * 64
     )
-    assert base_identity(BaseState("halo-base/x:1", None), "r") == "pending:r"
 
 
 def test_halo_wheel_is_built_by_the_backend_as_a_pure_function_of_the_source(

@@ -43,7 +43,7 @@ def test_rows_say_store_or_an_estimate_from_this_hosts_cores(
     catalog = load_catalog(REPO)
     image = catalog.image("blackwell")
     store = Store(tmp_path / "store")
-    drvs = {d.name: d for d in image_derivations(REPO, catalog, image, None)}
+    drvs = {d.name: d for d in image_derivations(REPO, catalog, image)}
     _realised(store, drvs["deep-ep"], seconds=320.0)
     rows = {r[0]: r for r in derivation_rows(REPO, catalog, image, store, None)}
     assert rows["deep-ep"][4].startswith("in the store (deep_ep-2.1.0-")
@@ -52,7 +52,7 @@ def test_rows_say_store_or_an_estimate_from_this_hosts_cores(
     )
     assert rows["flash-attn"][2] == "10.0"
     # The same source for another image: not in the store, but its compile time is known now.
-    hopper = {d.name: d for d in image_derivations(REPO, catalog, catalog.image("hopper"), None)}
+    hopper = {d.name: d for d in image_derivations(REPO, catalog, catalog.image("hopper"))}
     assert (
         compile_estimate(hopper["deep-ep"], store)
         == "must compile: ~5 min at MAX_JOBS=2 (measured)"

@@ -83,6 +83,14 @@ def server_url(cfg: Config) -> str:
     return url.rstrip("/")
 
 
+def describe(cfg: Config, tok: ChatTokenizer) -> list[str]:
+    """What --dry-run shows: each source's first prompt as the server will be sent it."""
+    return [
+        f"online-grpo: prompt 1 of {src.path.name}: {tok.text(p.messages, gen=True)!r}"
+        for src, p in data.first_examples(cfg.data, parse)
+    ]
+
+
 @dataclass
 class Rollouts:
     """The rollout server as the loop uses it: sample, evaluate, push, check."""
@@ -228,7 +236,7 @@ def train(
     loop.log(
         ctx,
         f"online-grpo: {t.global_batch_size} prompts x {ro.n} per step, "
-        f"from {client.url} ({client.model})",
+        f"from {client.shown} ({client.model})",
     )
     metrics = loop.Metrics(cfg.log_dir, ctx, cfg.logging.every_steps)
     result = Result(tr.step, {}, 0, 0.0, False, None)
@@ -298,4 +306,4 @@ def served_model(client: Client) -> str:
     try:
         return str(listing["data"][0]["id"])
     except (KeyError, IndexError, TypeError):
-        raise RolloutError(f"GET {client.url}/v1/models: no model listed", False) from None
+        raise RolloutError(f"GET {client.shown}/v1/models: no model listed", False) from None

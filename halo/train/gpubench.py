@@ -1,0 +1,322 @@
+"""GPU throughput: the trainer's SFT step against a plain PyTorch loop, ~1B Llama, bf16, one GPU.
+
+    python -m halo.train.gpubench [--seq-lens 2048 4096] [--steps 8] [--json OUT]
+
+Both sides train the same model (built from LLAMA_1B, no download) with the same attention
+kernel (halo.train.attention's choice for this GPU), batch and bf16 autocast; the trainer side
+is `halo.train.loop.step` (collate, loss over weights, clip, fused AdamW, LR schedule), the
+plain side the textbook loop (forward, cross-entropy, backward, clip, step). Tokens per step
+are fixed (TOKENS_PER_STEP), so a longer sequence means a smaller batch.
+
+MFU = tokens/s x FLOPs per token / peak dense bf16 FLOP/s of the GPU, with torchtitan's
+count: FLOPs per token = 6 N + 12 l h q t (N parameters without the input embedding, l layers,
+h heads, q head_dim, t sequence length; attention counted without the causal half, as
+torchtitan does, so the numbers compare with its published ones). Budget: the trainer keeps
+>= FLOOR of the plain loop's tokens/s. Without a GPU: one line, a "skipped: no GPU" row, exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+FLOOR = 0.95
+TOKENS_PER_STEP = 16384
+SEQ_LENS = (2048, 4096)
+
+# ~1.1B parameters, Llama-3 shaped (GQA 32/8, head_dim 64, SwiGLU 4x).
+LLAMA_1B: dict[str, Any] = {
+    "model_type": "llama",
+    "vocab_size": 32000,
+    "hidden_size": 2048,
+    "num_hidden_layers": 16,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "intermediate_size": 8192,
+    "max_position_embeddings": 8192,
+    "tie_word_embeddings": False,
+}
+
+# Peak dense bf16 tensor FLOP/s by GPU name (vendor data sheets, without sparsity).
+PEAK_BF16 = (
+    ("H100 PCIe", 756e12),
+    ("H100 NVL", 835e12),
+    ("H100", 989e12),
+    ("H200", 989e12),
+    ("H800", 989e12),
+    ("GB200", 2500e12),
+    ("B200", 2250e12),
+    ("A100", 312e12),
+)
+
+# The published point of comparison (pytorch/torchtitan, benchmarks/llama3_h100_202412_torchtitan.md):
+ANCHOR = (
+    "anchor: torchtitan reports 33-39% MFU for Llama 3.1 8B, bf16 (no Float8), FSDP on 8 and "
+    "128 H100s (500 W HBM2e parts, MFU against the SXM peak; 5,762 tokens/s/GPU without "
+    "torch.compile) - pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md"
+)
+FORMULA = (
+    "MFU = tokens/s x (6 N + 12 l h q t) / peak dense bf16 FLOP/s "
+    "(N without the input embedding; H100/H200 989 TFLOP/s)"
+)
+
+
+@dataclass(frozen=True)
+class Side:
+    tokens_per_s: float
+    mfu: float | None
+    step_s: float
+
+
+@dataclass(frozen=True)
+class Point:
+    seq_len: int
+    batch: int
+    trainer: Side
+    plain: Side
+
+    @property
+    def ratio(self) -> float:
+        return self.trainer.tokens_per_s / self.plain.tokens_per_s
+
+
+def peak_flops(name: str) -> float | None:
+    for key, peak in PEAK_BF16:
+        if key in name:
+            return peak
+    return None
+
+
+def flops_per_token(conf: dict[str, Any], params: int, seq_len: int) -> float:
+    embedding = conf["vocab_size"] * conf["hidden_size"]
+    attention = 12 * conf["num_hidden_layers"] * conf["num_attention_heads"] * conf["head_dim"]
+    return 6 * (params - embedding) + attention * seq_len
+
+
+def no_gpu_reason() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "torch.cuda.is_available() is False"
+    return None
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _timed(fn: Any, steps: int, warmup: int, device: str) -> float:
+    """Median seconds per call of ``fn`` after ``warmup`` calls, the GPU synchronised."""
+    import statistics
+
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _items(seq_len: int, batch: int, vocab: int, seed: int) -> list[Any]:
+    import torch
+
+    from halo.train.data import Sequence
+
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.randint(3, vocab, (batch, seq_len + 1), generator=g).tolist()
+    return [Sequence(r[:-1], r[1:], [1.0] * seq_len) for r in rows]
+
+
+def _trainer(conf: dict[str, Any], max_seq: int, batch: int, device: str) -> Any:
+    """The trainer as `halo launch sft` builds it: config, tokenizer, setup (one GPU)."""
+    import torch
+
+    from halo.train import config, distributed, setup
+    from halo.train.methods import sft
+
+    overrides = [
+        f"--model.config={json.dumps(conf)}",
+        "--training.precision=bf16",
+        f"--training.global_batch_size={batch}",
+        f"--data.max_seq_len={max_seq}",
+        # Rows of one length: padding-free packing would only add a block-diagonal mask.
+        "--data.packing=false",
+    ]
+    cfg = config.load(REPO / "examples" / "bench" / "config.yaml", "sft", overrides)
+    ctx = distributed.Context(0, 1, 0, torch.device(device))
+    tok = setup.load_tokenizer(cfg)
+    method = sft.build(cfg, tok)
+    return setup.setup(cfg, method, tok, ctx, total_steps=10_000)
+
+
+def _plain(conf_fields: dict[str, Any], backend: str, seed: int, device: str) -> tuple[Any, Any]:
+    """The same model and optimizer settings, nothing of the trainer's."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from halo.train.model import ATTN_IMPLEMENTATION
+
+    fields = dict(conf_fields)
+    conf = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(
+            conf, attn_implementation=ATTN_IMPLEMENTATION[backend], dtype=torch.float32
+        )
+    optim = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.0, fused=True)
+    return model.train(), optim
+
+
+def measure(
+    seq_lens: tuple[int, ...] = SEQ_LENS,
+    steps: int = 8,
+    warmup: int = 3,
+    conf: dict[str, Any] | None = None,
+    tokens_per_step: int = TOKENS_PER_STEP,
+    device: str = "cuda",
+) -> dict[str, Any]:
+    """Both sides at each sequence length. ``conf``/``device``/``tokens_per_step`` exist so
+    that the CPU tier runs this same code on a tiny model (tests/cpu/test_gpubench.py)."""
+    import torch
+    from torch.nn import functional
+
+    from halo.train import loop
+    from halo.train.model import ATTN_IMPLEMENTATION
+
+    conf = conf or LLAMA_1B
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    peak = peak_flops(name)
+    tr = _trainer(conf, max(seq_lens), tokens_per_step // min(seq_lens), device)
+    impl = tr.model.config._attn_implementation
+    backend = next(k for k, v in ATTN_IMPLEMENTATION.items() if v == impl)
+    params = sum(p.numel() for p in tr.model.parameters())
+    trainer_s = {}
+    for t in seq_lens:
+        items = _items(t, tokens_per_step // t, conf["vocab_size"], seed=t)
+        trainer_s[t] = _timed(lambda i=items, tr=tr: loop.step(tr, i), steps, warmup, device)
+    del tr
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    model, optim = _plain(conf, backend, 0, device)
+    points = []
+    for t in seq_lens:
+        batch = tokens_per_step // t
+        ids = torch.randint(3, conf["vocab_size"], (batch, t + 1), device=device)
+        x, y = ids[:, :-1], ids[:, 1:]
+
+        def step(x: Any = x, y: Any = y) -> None:
+            optim.zero_grad(set_to_none=True)
+            with torch.autocast(device, dtype=torch.bfloat16):
+                logits = model(input_ids=x, use_cache=False).logits
+            loss = functional.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optim.step()
+
+        plain_s = _timed(step, steps, warmup, device)
+        fpt = flops_per_token(conf, params, t)
+
+        def side(seconds: float, fpt: float = fpt) -> Side:
+            rate = tokens_per_step / seconds
+            return Side(rate, rate * fpt / peak if peak else None, seconds)
+
+        points.append(Point(t, batch, side(trainer_s[t]), side(plain_s)))
+    return {
+        "gpu": name,
+        "attention": backend,
+        "params": params,
+        "tokens_per_step": tokens_per_step,
+        "peak_bf16_flops": peak,
+        "points": [{**asdict(p), "ratio": p.ratio} for p in points],
+        "ok": all(p.ratio >= FLOOR for p in points),
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "n/a (unknown GPU peak)" if x is None else f"{100 * x:.1f}%"
+
+
+def rows(result: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
+    """(benchmark, measured, budget, ok) rows, as ci/bench.py prints them."""
+    out = []
+    for p in result["points"]:
+        tr, pl = p["trainer"], p["plain"]
+        measured = (
+            f"{tr['tokens_per_s']:.0f} vs {pl['tokens_per_s']:.0f} tok/s = {p['ratio']:.2f}x; "
+            f"MFU {_pct(tr['mfu'])} vs {_pct(pl['mfu'])}"
+        )
+        name = (
+            f"gpu: trainer SFT step / plain loop, ~1B Llama bf16, seq {p['seq_len']} x {p['batch']}"
+        )
+        out.append((name, measured, f">= {FLOOR}x", p["ratio"] >= FLOOR))
+    return out
+
+
+def skipped_row(reason: str) -> tuple[str, str, str, bool]:
+    return (
+        "gpu: trainer SFT step / plain loop, ~1B Llama bf16",
+        f"skipped: no GPU ({reason})",
+        f">= {FLOOR}x",
+        True,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m halo.train.gpubench", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--seq-lens", type=int, nargs="+", default=list(SEQ_LENS))
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--json", type=Path, help="also write the result as JSON here")
+    args = parser.parse_args(argv)
+    from halo.report import table
+
+    reason = no_gpu_reason()
+    if reason:
+        print(f"gpu bench: skipped: no GPU ({reason})")
+        result: dict[str, Any] = {"skipped": f"no GPU ({reason})", "ok": True}
+        table_rows = [skipped_row(reason)]
+    else:
+        result = measure(tuple(args.seq_lens), args.steps, args.warmup)
+        table_rows = rows(result)
+        print(
+            f"gpu: {result['gpu']}, attention {result['attention']}, "
+            f"{result['params'] / 1e9:.2f}B parameters, {TOKENS_PER_STEP} tokens/step"
+        )
+    print(
+        table(
+            ("benchmark", "measured", "budget", "ok"),
+            [
+                (n, m, b, "skipped" if m.startswith("skipped") else "yes" if ok else "NO")
+                for n, m, b, ok in table_rows
+            ],
+        )
+    )
+    print(FORMULA)
+    print(ANCHOR)
+    if args.json:
+        from halo.atomic import write_text
+
+        write_text(args.json, json.dumps(result, indent=2) + "\n")
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
