@@ -66,6 +66,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="VENV",
         help=argparse.SUPPRESS,  # inside an image: check the venv its build installed
     )
+    verify.add_argument(
+        "--remove",
+        action="store_true",
+        help="with --image NAME: remove the image's tags once checked (CI's disk)",
+    )
     verify.set_defaults(func=_verify)
 
 
@@ -82,7 +87,13 @@ def _verify(args: argparse.Namespace) -> int:
     layout = Layout(find_repo())
     names = list(args.sets or DEFAULT_SETS)
     if args.image or args.installed:
-        if len(names) != 1 or args.cpu_tier or args.clean or args.fresh:
+        if (
+            len(names) != 1
+            or args.cpu_tier
+            or args.clean
+            or args.fresh
+            or (args.installed and args.remove)
+        ):
             where = f"--image {args.image}" if args.image else "--installed"
             raise HaloError(
                 f"{where}: checks exactly one SET, without --cpu-tier/--clean/--fresh "
@@ -149,7 +160,12 @@ def _verify_image(args: argparse.Namespace, layout: Layout, set_name: str) -> in
 
         ref = built_image_ref(args.image)
         say(f"halo stack: {set_name} inside {ref} (docker run --network none): {NO_GPU}")
-        rows, _ = in_image.run_in(ref, set_name)
+        try:
+            rows, _ = in_image.run_in(ref, set_name)
+        finally:
+            if args.remove:
+                for gone in in_image.remove_image(ref):
+                    say(f"halo stack: removed {gone}")
         where = ref
     else:
         lock_path = layout.lock(set_name)

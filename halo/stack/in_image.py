@@ -145,3 +145,20 @@ def run_in(image_ref: str, set_name: str) -> tuple[list[Row], int]:
             )
         ]
     return rows, proc.returncode
+
+
+def remove_image(ref: str) -> list[str]:
+    """Remove ``ref`` and the tags of the same image (moving and immutable); what went."""
+    from halo.images.docker import Docker
+
+    docker = Docker.discover()
+    repository, _, tag = ref.rpartition(":")
+    moving = tag.split("-", 1)[0] if "-" in tag else tag
+    gone = [
+        r
+        for r in docker.refs(repository)
+        if r == ref or r == f"{repository}:{moving}" or r.startswith(f"{repository}:{moving}-")
+    ]
+    for r in gone:
+        docker.remove(r)
+    return gone
