@@ -111,3 +111,64 @@ def substitute_dirs(env: dict[str, str] | None = None) -> list[Path]:
         if p.is_dir() and p not in seen:
             seen.append(p)
     return seen
+
+
+# -- Debian ---------------------------------------------------------------------------------
+
+APT_SOURCES = Path("/etc/apt")
+
+
+def _apt_sources(root: Path) -> list[tuple[str, list[str], list[str]]]:
+    """(URI, suites, components) of every `deb` source in the host's apt configuration."""
+    out: list[tuple[str, list[str], list[str]]] = []
+    lists = [root / "sources.list", *sorted((root / "sources.list.d").glob("*.list"))]
+    for path in lists:
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            words = line.split("#", 1)[0].split()
+            if words[:1] != ["deb"]:
+                continue
+            words = words[1:]
+            if words and words[0].startswith("["):  # options: [arch=amd64 signed-by=…]
+                while words and not words[0].endswith("]"):
+                    words.pop(0)
+                words = words[1:]
+            if len(words) >= 2:
+                out.append((words[0], [words[1]], words[2:]))
+    for path in sorted((root / "sources.list.d").glob("*.sources")):
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        for stanza in text.split("\n\n"):
+            fields: dict[str, str] = {}
+            for line in stanza.splitlines():
+                if line.startswith("#") or ":" not in line:
+                    continue
+                key, _, value = line.partition(":")
+                fields[key.strip().lower()] = value.strip()
+            if "deb" not in fields.get("types", "").split() or fields.get("enabled") == "no":
+                continue
+            for uri in fields.get("uris", "").split():
+                out.append(
+                    (uri, fields.get("suites", "").split(), fields.get("components", "").split())
+                )
+    return out
+
+
+def debian_mirror(suite: str, env: dict[str, str] | None = None, apt: Path = APT_SOURCES) -> str:
+    """The Debian mirror .debs and indexes come from: $HALO_DEBIAN_MIRROR, else the first of the
+    host's apt sources that serves ``suite``'s main component. Only a substitute: every .deb is
+    kept by its locked sha256, so which mirror serves it does not matter."""
+    env = dict(os.environ if env is None else env)
+    if env.get("HALO_DEBIAN_MIRROR"):
+        return env["HALO_DEBIAN_MIRROR"].rstrip("/")
+    for uri, suites, components in _apt_sources(apt):
+        if suite in suites and "main" in components and uri.startswith(("http://", "https://")):
+            return uri.rstrip("/")
+    raise HaloError(
+        f"no Debian mirror for {suite}: set HALO_DEBIAN_MIRROR (none of {apt}'s apt sources serves {suite} main)"
+    )

@@ -11,6 +11,11 @@ GPU_MARKERS = ("gpu_core", "gpu_full")
 
 @functools.cache
 def _gpu_absent_reason() -> str | None:
+    from halo.train.driver import check
+
+    driver = check()
+    if not driver.ok:  # one line: "driver X, image needs ≥ 580 (CUDA 13.0)"
+        return driver.detail
     try:
         import torch
     except ImportError:

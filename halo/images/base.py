@@ -1,16 +1,20 @@
-"""Bases: made here in the fetch phase (mmdebstrap, or a Dockerfile over a digest-pinned image).
+"""Bases: Debian made here by mmdebstrap, offline, from the .debs its OS lock pins.
 
-A made base is addressed by its recipe: its tag carries the recipe hash, its config carries it in
+A made base is addressed by its recipe (the catalog entry and its OS lock,
+pins/debian.BASE.lock.toml): its tag carries the recipe hash, its config carries it in
 full (``BASE_LABEL``), and the recipe hash (not the image ID made here) is what every image and
 derivation on it hashes (halo.images.inputs.base_identity): a plan is the same before and after
 `halo image base`, and on a host with no engine. A made base counts as made only when its label
-names the recipe in full, so a tag moved by hand or a 12-digit collision is made again.
+names the recipe in full. The .debs come from the store (`halo fetch BASE`, verified by
+sha256); mmdebstrap installs them from a flat local repository with no network, so the same
+lock gives the same tar bytes, and the same image ID, on another day and another machine.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import shlex
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -20,6 +24,7 @@ from halo.errors import HaloError
 from halo.hashing import sha256_bytes, sha256_file, sha256_json
 from halo.images.catalog import Base
 from halo.images.docker import Docker
+from halo.pins.deblock import DebInputs, DebLock, deb_lock_path, load_deb_lock
 from halo.report import say
 
 # Timestamps inside made bases (file mtimes via mmdebstrap, the image's `created`).
@@ -31,17 +36,28 @@ def source_date_epoch() -> int:
     return int(os.environ.get("SOURCE_DATE_EPOCH", DEFAULT_EPOCH))
 
 
+def deb_inputs(base: Base) -> DebInputs:
+    """What the base's OS lock is resolved for."""
+    return DebInputs(base.name, base.suite, base.variant, tuple(sorted(base.packages)))
+
+
+def os_lock_file(base: Base, repo: Path) -> Path:
+    path = deb_lock_path(repo / "pins", base.name)
+    if not path.is_file():
+        raise HaloError(f"{path}: OS lock not found; run `halo pins lock --os {base.name}`")
+    return path
+
+
 def recipe_hash(base: Base, repo: Path) -> str:
     definition: dict[str, object] = dict(base.definition)
     definition["mount_points"] = list(MOUNT_POINTS)
-    if base.dockerfile:
-        definition["dockerfile_sha256"] = sha256_file(repo / base.dockerfile)
+    definition["os_lock_sha256"] = sha256_file(os_lock_file(base, repo))
+    # How a base is made from its lock is this file: a change to it is a new base.
+    definition["make_sha256"] = sha256_file(Path(__file__))
     return sha256_json(definition)
 
 
 def base_ref(base: Base, repo: Path) -> str:
-    if base.recipe == "registry":
-        return base.from_ref
     return f"halo-base/{base.name}:{recipe_hash(base, repo)[:12]}"
 
 
@@ -56,8 +72,6 @@ def base_state(base: Base, repo: Path, docker: Docker | None) -> BaseState:
     ref = base_ref(base, repo)
     if docker is None:
         return BaseState(ref, None)
-    if base.recipe == "registry":  # pinned by digest: the reference is the content
-        return BaseState(ref, docker.image_id(ref))
     found = docker.id_and_label(ref, BASE_LABEL)
     ours = found is not None and found[1] == recipe_hash(base, repo)
     return BaseState(ref, found[0] if found and ours else None)
@@ -85,7 +99,14 @@ def mount_points_tar(out: Path, epoch: int) -> None:
                 tar.addfile(info, io.BytesIO(b""))
 
 
-def base_archive(rootfs_tar: Path, out: Path, epoch: int, created_by: str, recipe: str = "") -> str:
+def base_archive(
+    rootfs_tar: Path,
+    out: Path,
+    epoch: int,
+    created_by: str,
+    env: tuple[tuple[str, str], ...] = (),
+    recipe: str = "",
+) -> str:
     """Wrap a rootfs tarball as an image archive for `docker load`, deterministically.
 
     Two layers: the rootfs, then the mount points. Returns the image ID, which Docker derives
@@ -105,7 +126,10 @@ def base_archive(rootfs_tar: Path, out: Path, epoch: int, created_by: str, recip
         "os": "linux",
         "created": created,
         "config": {
-            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+            "Env": [
+                "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                *(f"{k}={v}" for k, v in env),
+            ],
             "Cmd": ["/bin/bash"],
             **({"Labels": {BASE_LABEL: recipe}} if recipe else {}),
         },
@@ -120,84 +144,175 @@ def base_archive(rootfs_tar: Path, out: Path, epoch: int, created_by: str, recip
     return "sha256:" + sha256_bytes(data)
 
 
-def _mmdebstrap(base: Base, rootfs: Path, epoch: int) -> None:
+def _debian_mirror(suite: str) -> str:
+    """The configured mirror, or "" when none is: then only the store can serve (offline)."""
+    from halo.sources import debian_mirror
+
+    try:
+        return debian_mirror(suite)
+    except HaloError:
+        return ""
+
+
+def fetch_debs(lock: DebLock, store: object) -> None:
+    """The lock's .debs into the store (network only for what is missing or corrupt)."""
+    from halo.sources import substitute_dirs
+    from halo.store.debfetch import DebMirror, as_lock
+    from halo.store.fetch import fetch_lock, summary
+
+    mirror = DebMirror.for_locks(_debian_mirror(lock.inputs.suite), [lock])
+    results = fetch_lock(as_lock(lock), store, mirror, substitute_dirs())  # type: ignore[arg-type]
+    say(summary(lock.inputs.base, results).splitlines()[0])
+
+
+def flat_repository(lock: DebLock, store: object, folder: Path, epoch: int) -> None:
+    """A flat apt repository of the lock's .debs, each verified against the lock on the way.
+
+    The Release names the suite (mmdebstrap picks the Essential set by it); its date is the
+    fixed epoch, and apt's lists are removed from the made root anyway.
+    """
+    from halo.store.store import Store
+
+    assert isinstance(store, Store)
+    folder.mkdir(parents=True, exist_ok=True)
+    for deb in lock.debs:
+        store.verify(deb.sha256, deb.file, fix=f"halo fetch {lock.inputs.base}")
+        store.link_into(deb.sha256, folder / deb.file)
+    env = {**os.environ, "SOURCE_DATE_EPOCH": str(epoch)}
+    suite = lock.inputs.suite
+    release = [f"-oAPT::FTPArchive::Release::{k}={suite}" for k in ("Suite", "Codename")] + [
+        f"-oAPT::FTPArchive::Release::Architectures={lock.inputs.architecture}"
+    ]
+    for argv, out in (
+        (["apt-ftparchive", "packages", "."], "Packages"),
+        (["apt-ftparchive", *release, "release", "."], "Release"),
+    ):
+        try:
+            proc = subprocess.run(argv, cwd=folder, env=env, capture_output=True, check=False)
+        except FileNotFoundError:
+            raise HaloError("apt-ftparchive: not found; install Debian's apt-utils") from None
+        if proc.returncode != 0:
+            raise HaloError(f"apt-ftparchive {argv[1]}: {proc.stderr.decode().strip()[-300:]}")
+        (folder / out).write_bytes(proc.stdout)
+
+
+# What the made root's apt sources say: no local path, no mirror of the machine that made it
+# (either would differ between machines, and so would the image ID).
+SOURCES_NOTE = (
+    "# This base was made offline by halo from the .debs its OS lock pins\\n"
+    "# (pins/debian.{base}.lock.toml). Add a Debian source here to install more.\\n"
+)
+
+
+def _mmdebstrap(base: Base, lock: DebLock, repo_dir: Path, rootfs: Path, epoch: int) -> None:
     argv = [
         "mmdebstrap",
         f"--variant={base.variant}",
-        f"--include={','.join(base.packages)}",
+        "--architectures=amd64",
+        # Every locked package by name: the lock is the closure. (The variant alone would pick
+        # Priority: required packages, a field a flat repository's index does not carry.)
+        f"--include={','.join(sorted({d.name for d in lock.debs}))}",
         "--skip=output/dev",
         # Docs, man pages and locales are not needed in an image and only add bytes.
         "--dpkgopt=path-exclude=/usr/share/doc/*",
         "--dpkgopt=path-exclude=/usr/share/man/*",
         "--dpkgopt=path-exclude=/usr/share/locale/*",
         '--customize-hook=rm -f "$1"/etc/hostname "$1"/etc/resolv.conf',
+        f"--customize-hook=printf '{SOURCES_NOTE.format(base=base.name)}' > \"$1\"/etc/apt/sources.list",
+        f"--customize-hook=chroot \"$1\" dpkg-query -W -f '{INSTALLED_FORMAT}' > {shlex.quote(str(repo_dir.parent / 'installed.tsv'))}",
         base.suite,
         str(rootfs),
+        f"deb [trusted=yes] copy://{repo_dir} ./",
     ]
+    if os.geteuid() == 0:
+        # As root, no network at all; as a user, mmdebstrap's own namespaces, and the only
+        # source is the local folder anyway.
+        argv = ["unshare", "--net", *argv]
     say(
-        f"base {base.name}: mmdebstrap {base.suite} ({', '.join(base.packages)}), SOURCE_DATE_EPOCH={epoch}"
+        f"base {base.name}: mmdebstrap {base.suite} offline from the store, SOURCE_DATE_EPOCH={epoch}"
     )
     env = {**os.environ, "SOURCE_DATE_EPOCH": str(epoch)}
     try:
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     except FileNotFoundError:
         raise HaloError(
-            "mmdebstrap: not found; install Debian's mmdebstrap to make the CPU base"
+            "mmdebstrap: not found; install Debian's mmdebstrap to make a base"
         ) from None
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-3:]
         raise HaloError(f"base {base.name}: mmdebstrap failed: {' | '.join(tail)}")
+    _same_as_lock(base, lock, repo_dir.parent / "installed.tsv")
+
+
+INSTALLED_FORMAT = r"${Package}\t${Version}\t${Architecture}\n"
+
+
+def _same_as_lock(base: Base, lock: DebLock, installed: Path) -> None:
+    """The made root holds exactly the lock's packages, or nothing is loaded."""
+    got = {tuple(line.split("\t")) for line in installed.read_text().splitlines() if line}
+    want = {(d.name, d.version, d.architecture) for d in lock.debs}
+    if got != want:
+        extra = sorted(f"{n} {v}" for n, v, _ in got - want)[:3]
+        missing = sorted(f"{n} {v}" for n, v, _ in want - got)[:3]
+        raise HaloError(
+            f"base {base.name}: the made root differs from pins/debian.{base.name}.lock.toml: "
+            f"not locked {extra or 'none'}, not installed {missing or 'none'}"
+        )
+
+
+def checked_lock(base: Base, repo: Path) -> DebLock:
+    """The base's OS lock, refused when it breaks an invariant or was locked for other inputs."""
+    from halo.pins.deblock import check_deb_lock
+
+    path = os_lock_file(base, repo)
+    lock = load_deb_lock(path)
+    problems = check_deb_lock(lock, str(path), deb_inputs(base))
+    if problems:
+        raise HaloError(
+            problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+        )
+    return lock
+
+
+def make_rootfs(base: Base, lock: DebLock, store: object, out: Path, epoch: int) -> None:
+    """The base's root filesystem tar at ``out``, from the store alone."""
+    with tempfile.TemporaryDirectory(prefix="halo-debs.") as tmp:
+        # mmdebstrap's copy:// source: a folder the chroot can read (not file://).
+        repo_dir = Path(tmp) / "repo"
+        flat_repository(lock, store, repo_dir, epoch)
+        _mmdebstrap(base, lock, repo_dir, out, epoch)
 
 
 def make_base(base: Base, repo: Path, docker: Docker, workdir: Path) -> BaseState:
-    """Make (or find) a base on this machine; the fetch phase, allowed to use the network."""
+    """Make (or find) a base on this machine: fetch its .debs (the only network step), then
+    make it offline from the store."""
+    from halo.paths import store_root
+    from halo.store.store import Store
+
     state = base_state(base, repo, docker)
     if state.image_id:
         say(f"base {base.name}: present ({state.ref}, {state.image_id[:19]})")
         return state
     docker.ping()  # "not here" must not be an engine that does not answer
-    if base.recipe == "registry":
-        raise HaloError(
-            f"base {base.name}: {base.from_ref} is not on this machine; `docker pull` it first"
-        )
+    lock = checked_lock(base, repo)
+    store = Store(store_root())
+    fetch_debs(lock, store)
     epoch = source_date_epoch()
     workdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        if base.recipe == "mmdebstrap":
-            rootfs = Path(tmp) / "rootfs.tar"
-            _mmdebstrap(base, rootfs, epoch)
-            archive = Path(tmp) / "image.tar"
-            image_id = base_archive(
-                rootfs,
-                archive,
-                epoch,
-                f"mmdebstrap --variant={base.variant} {base.suite} +{','.join(base.packages)}",
-                recipe_hash(base, repo),
-            )
-            docker.load(archive)
-            docker.tag(image_id, state.ref)
-        else:
-            say(f"base {base.name}: docker build {base.dockerfile} FROM {base.from_ref}")
-            ctx = Path(tmp) / "context"
-            for name in MOUNT_POINTS:  # the Dockerfile copies these to /
-                target = ctx / "mount-points" / name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.mkdir() if name.endswith("/") else target.write_bytes(b"")
-            image_id = docker.build(
-                context=ctx,
-                dockerfile=repo / base.dockerfile,
-                tags=[state.ref],
-                build_args={
-                    "FROM": base.from_ref,
-                    "PYTHON": base.python,
-                    "PACKAGES": " ".join(base.packages),
-                    "SOURCE_DATE_EPOCH": str(epoch),
-                },
-                labels={
-                    "org.opencontainers.image.base.name": base.from_ref,
-                    BASE_LABEL: recipe_hash(base, repo),
-                },
-                network="host",
-            )
+        rootfs = Path(tmp) / "rootfs.tar"
+        make_rootfs(base, lock, store, rootfs, epoch)
+        archive = Path(tmp) / "image.tar"
+        image_id = base_archive(
+            rootfs,
+            archive,
+            epoch,
+            f"mmdebstrap --variant={base.variant} {base.suite} +{','.join(sorted(base.packages))}"
+            f" from {deb_lock_path(Path('pins'), base.name)} (offline)",
+            base.env,
+            recipe_hash(base, repo),
+        )
+        docker.load(archive)
+        docker.tag(image_id, state.ref)
     say(f"base {base.name}: made {state.ref} ({image_id[:19]})")
     return BaseState(state.ref, image_id)

@@ -213,7 +213,13 @@ def _stages(repo: Path, catalog: Catalog, ev: Evaluation) -> tuple[Stage, ...]:
         b = catalog.bases[name]
         state = ev.states.get(name) or base_state(b, repo, None)
         out.append(
-            Stage(role, name, state.ref, f"{b.recipe} from {b.from_ref or b.suite}", state.image_id)
+            Stage(
+                role,
+                name,
+                state.ref,
+                f"{b.recipe} {b.suite} from pins/debian.{name}.lock.toml",
+                state.image_id,
+            )
         )
     return tuple(out)
 

@@ -63,7 +63,14 @@ def _from_cache(path: Path, cached: Path) -> Catalog | None:
     try:
         data = json.loads(cached.read_text())
         bases = {
-            n: Base(**{**b, "packages": tuple(b["packages"])}) for n, b in data["bases"].items()
+            n: Base(
+                **{
+                    **b,
+                    "packages": tuple(b["packages"]),
+                    "env": tuple((str(k), str(v)) for k, v in b["env"]),
+                }
+            )
+            for n, b in data["bases"].items()
         }
         images = {
             n: Image(
@@ -91,7 +98,6 @@ def load_catalog(repo: Path) -> Catalog:
     catalog = _from_cache(path, memo)
     if catalog is not None:
         named = [i.dockerfile for i in catalog.images.values()]
-        named += [b.dockerfile for b in catalog.bases.values() if b.dockerfile]
         if all((repo / rel).is_file() for rel in named):
             return catalog
     from halo.schema import decode

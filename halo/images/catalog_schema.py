@@ -26,16 +26,10 @@ from halo.schema import (
     matches,
 )
 
-DigestRef = Annotated[
-    str,
-    matches(
-        r"[\w./:-]+@sha256:[0-9a-f]{64}",
-        "an image pinned by digest (NAME:TAG@sha256:<64 hex>)",
-    ),
-]
 CudaArch = Annotated[str, matches(r"\d+\.\d+[a-z]?", "a CUDA arch like '9.0a' or '10.0'")]
 DebPackage = Annotated[str, matches(r"[a-z0-9][a-z0-9+.-]+", "a Debian package name")]
 ArgName = Annotated[str, matches(r"[A-Z][A-Z0-9_]*", "an upper-case build argument name")]
+EnvName = Annotated[str, matches(r"[A-Z][A-Z0-9_]*", "an upper-case environment variable name")]
 # Build arguments halo gives every Dockerfile itself: an entry's `args` may not override them.
 OWN_ARGS = ("BASE", "PYTHON", "SOURCE_DATE_EPOCH")
 
@@ -48,13 +42,15 @@ def known_tiers() -> tuple[str, ...]:
 
 
 class BaseSpec(Strict):
-    recipe: Literal["mmdebstrap", "dockerfile", "registry"]
+    # One recipe: Debian by mmdebstrap, offline from the .debs of its OS lock. (Bases pulled
+    # from a registry or built FROM one are gone: no registry is reachable where Halo is built,
+    # and their apt-get drifted with the archive.)
+    recipe: Literal["mmdebstrap"]
     python: Annotated[str, Field(min_length=1)]
-    suite: Name | None = None
-    variant: Name | None = None
+    suite: Name
+    variant: Name = "minbase"
     packages: list[DebPackage] = Field(default_factory=list)
-    from_: DigestRef | None = Field(None, alias="from")
-    dockerfile: RelativePath | None = None
+    env: dict[EnvName, str] = Field(default_factory=dict)
 
 
 class ImageSpec(Strict):
@@ -80,31 +76,15 @@ class CatalogSpec(Strict):
     images: Annotated[dict[Name, object], Field(min_length=1)]
 
 
-def _base(name: str, spec: BaseSpec, where: str, found: Problems) -> Base:
-    # What each recipe needs, and what it must not carry (a key that would silently do nothing).
-    needs = {
-        "mmdebstrap": ("suite",),
-        "dockerfile": ("from_", "dockerfile"),
-        "registry": ("from_",),
-    }[spec.recipe]
-    extra = {"mmdebstrap": {"variant", "packages"}, "dockerfile": {"packages"}}
-    allowed = {*needs, *extra.get(spec.recipe, ())}
-    for key in ("suite", "variant", "packages", "from_", "dockerfile"):
-        shown = key.rstrip("_")
-        value = getattr(spec, key)
-        if key in needs and not value:
-            found.add(f"{where}.{shown}", f"required for recipe {spec.recipe}")
-        elif key not in allowed and value:
-            found.add(f"{where}.{shown}", f"not used by recipe {spec.recipe}")
+def _base(name: str, spec: BaseSpec) -> Base:
     return Base(
         name=name,
         recipe=spec.recipe,
         python=spec.python,
-        suite=spec.suite or "",
-        variant=(spec.variant or "minbase") if spec.recipe == "mmdebstrap" else "",
+        suite=spec.suite,
+        variant=spec.variant,
         packages=tuple(spec.packages),
-        from_ref=spec.from_ or "",
-        dockerfile=spec.dockerfile or "",
+        env=tuple(sorted(spec.env.items())),
     )
 
 
@@ -120,7 +100,7 @@ def parse(text: str, path: Path, repo: Path | None = None) -> Catalog:
     for name, raw in top.bases.items():
         spec = found.model(BaseSpec, raw, f"bases.{name}")
         if spec is not None:
-            bases[name] = _base(name, spec, f"bases.{name}", found)
+            bases[name] = _base(name, spec)
     tiers = known_tiers()
     images: dict[str, Image] = {}
     refs: dict[str, str] = {}
@@ -168,7 +148,6 @@ def parse(text: str, path: Path, repo: Path | None = None) -> Catalog:
             found.add(f"images.{n}.stage_of", f"{i.stage_of!r} is not a product image here")
     if repo is not None:
         named = [(f"images.{n}.dockerfile", i.dockerfile) for n, i in images.items()]
-        named += [(f"bases.{n}.dockerfile", b.dockerfile) for n, b in bases.items() if b.dockerfile]
         for where, rel in named:
             if not (repo / rel).is_file():
                 found.add(where, f"no such file {rel}")

@@ -20,8 +20,9 @@ class Base:
     suite: str = ""
     variant: str = ""
     packages: tuple[str, ...] = ()
-    from_ref: str = ""
-    dockerfile: str = ""
+    # The image's environment beyond PATH, sorted by name (a GPU base: the NVIDIA container
+    # runtime's variables); in the base's config, so every image on it inherits it.
+    env: tuple[tuple[str, str], ...] = ()
 
     @property
     def definition(self) -> dict[str, object]:
@@ -33,8 +34,7 @@ class Base:
             "suite": self.suite,
             "variant": self.variant,
             "packages": sorted(self.packages),
-            "from": self.from_ref,
-            "dockerfile": self.dockerfile,
+            "env": dict(self.env),
         }
 
 

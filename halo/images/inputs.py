@@ -16,12 +16,10 @@ from halo.pins.names import lock_path
 
 
 def base_identity(state: BaseState, recipe: str) -> str:
-    """A base enters a hash by what the checkout says it is: its pinned digest, or its recipe
-    hash (a made base is reproducible from its recipe and locks, and counts as made only when
-    it carries that hash: halo.images.base). Never the image ID made here, which would make
-    the hash differ before and after `halo image base`, or on a host with no engine."""
-    if "@sha256:" in state.ref:
-        return state.ref.split("@", 1)[1]
+    """A base enters a hash by what the checkout says it is: its recipe hash (a made base is
+    reproducible from its recipe and OS lock, and counts as made only when it carries that
+    hash: halo.images.base). Never the image ID made here, which would make the hash differ
+    before and after `halo image base`, or on a host with no engine."""
     return f"recipe:{recipe}"
 
 

@@ -22,9 +22,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="re-resolve and compare; exit 1 with a diff where a lock drifted",
     )
     lock.add_argument(
+        "--os",
+        action="store_true",
+        help="the bases' OS locks (pins/debian.BASE.lock.toml) instead: SETs name bases (default: all)",
+    )
+    lock.add_argument(
         "--upgrade",
         action="store_true",
-        help="ignore the committed locks' pins (by default a re-lock keeps them where it can)",
+        help="ignore the committed locks' pins (by default a re-lock keeps them where it can); "
+        "with --os: resolve again even where a lock still answers its inputs",
     )
     lock.add_argument(
         "--upgrade-package",
@@ -68,6 +74,8 @@ def _lock(args: argparse.Namespace) -> int:
     from halo.pins.resolve import Upgrade, UvResolver
 
     pins_dir = _pins_dir()
+    if args.os:
+        return _lock_os(args, pins_dir)
     upgrade = Upgrade(all=args.upgrade, packages=frozenset(args.upgrade_package))
     if args.check:
         drift = check_locks(pins_dir, args.sets, UvResolver(), upgrade)
@@ -86,19 +94,87 @@ def _lock(args: argparse.Namespace) -> int:
     return 0
 
 
+def _os_inputs(names: list[str]):  # type: ignore[no-untyped-def]
+    """The DebInputs of the named mmdebstrap bases of images/images.yaml (all by default)."""
+    from halo.errors import HaloError
+    from halo.images.base import deb_inputs
+    from halo.images.catalog import load_catalog
+    from halo.paths import find_repo
+
+    catalog = load_catalog(find_repo())
+    bases = {n: b for n, b in catalog.bases.items() if b.recipe == "mmdebstrap"}
+    unknown = [n for n in names if n not in bases]
+    if unknown:
+        raise HaloError(
+            f"{catalog.path}: no base '{unknown[0]}' (known: {', '.join(sorted(bases))})"
+        )
+    return [deb_inputs(bases[n]) for n in (names or sorted(bases))]
+
+
+def _lock_os(args: argparse.Namespace, pins_dir: Path) -> int:
+    import time
+
+    from halo.pins.deblock import deb_lock_name
+    from halo.pins.deblocking import drift, lock_bases
+
+    wanted = _os_inputs(args.sets)
+    if args.check:
+        drifted = {i.base: drift(pins_dir, i) for i in wanted}
+        drifted = {b: lines for b, lines in drifted.items() if lines}
+        for lines in drifted.values():
+            print("\n".join(lines))
+        if drifted:
+            names = " ".join(drifted)
+            print(
+                f"halo: OS lock drift in: {names}; run `halo pins lock --os {names}`",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"OS locks: {len(wanted)} bases answer their inputs")
+        return 0
+
+    from halo.pins.debresolve import resolve
+    from halo.sources import debian_mirror
+
+    def timed(inputs):  # type: ignore[no-untyped-def]
+        start = time.monotonic()
+        lock = resolve(inputs, debian_mirror(inputs.suite))
+        print(
+            f"resolved {inputs.base}: {len(lock.debs)} .debs, {lock.total_size / 1e6:.1f} MB "
+            f"in {time.monotonic() - start:.0f} s"
+        )
+        return lock
+
+    for base, state in lock_bases(pins_dir, wanted, timed, upgrade=args.upgrade).items():
+        print(f"pins/{deb_lock_name(base)}: {state}")
+    return 0
+
+
 def _check(args: argparse.Namespace) -> int:
     from halo.pins.invariants import check_all
     from halo.pins.locking import load_all
 
     state = load_all(_pins_dir())
     violations = check_all(state)
+    violations += _check_os()
     for line in violations:
         print(line)
     if violations:
         print(f"halo: {len(violations)} pin invariant violation(s)", file=sys.stderr)
         return 1
-    print(f"pins: {len(state.locks)} sets, {len(state.sources)} source pins: all invariants hold")
+    print(
+        f"pins: {len(state.locks)} sets, {len(state.sources)} source pins, "
+        f"{len(_os_inputs([]))} OS locks: all invariants hold"
+    )
     return 0
+
+
+def _check_os() -> list[str]:
+    """The OS locks' invariants, and that each answers its base's inputs (offline)."""
+    from halo.pins.deblocking import drift
+
+    pins_dir = _pins_dir()
+    return [line for inputs in _os_inputs([]) for line in drift(pins_dir, inputs)]
 
 
 def _diff(args: argparse.Namespace) -> int:

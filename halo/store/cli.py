@@ -10,7 +10,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "fetch",
         help="download a pin set's artifacts into the content-addressed store (and repair corrupt ones)",
     )
-    p.add_argument("sets", nargs="+", metavar="SET", help="pin set(s) to fetch (e.g. cpu)")
+    p.add_argument(
+        "sets",
+        nargs="+",
+        metavar="SET",
+        help="pin set(s) to fetch (e.g. cpu), or base(s) whose OS lock's .debs to fetch (e.g. debian12-python)",
+    )
     p.set_defaults(func=_fetch)
 
     store = sub.add_parser("store", help="verify, repair and clean the content-addressed store")
@@ -29,27 +34,59 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.set_defaults(func=_gc)
 
 
-def _locks(sets: list[str] | None = None):  # type: ignore[no-untyped-def]
-    """The locks of the named sets (all sets by default), every input validated before any I/O."""
+def _deb_locks(names: list[str] | None = None):  # type: ignore[no-untyped-def]
+    """The committed OS locks (pins/debian.BASE.lock.toml): all, or those of the named bases."""
     from halo.paths import Layout, find_repo
+    from halo.pins.deblock import deb_lock_path, load_deb_lock
+
+    pins = Layout(find_repo()).pins
+    if names is None:
+        return [load_deb_lock(p) for p in sorted(pins.glob("debian.*.lock.toml"))]
+    return [load_deb_lock(deb_lock_path(pins, n)) for n in names]
+
+
+def _locks(sets: list[str] | None = None):  # type: ignore[no-untyped-def]
+    """The locks of the named sets (all sets, and every OS lock, by default), every input
+    validated before any I/O; an OS lock enters as halo.store.debfetch sees it."""
+    from halo.paths import Layout, find_repo
+    from halo.pins.deblock import deb_lock_path
     from halo.pins.inputs import load_inputs
     from halo.pins.lockfile import load_lock
+    from halo.store.debfetch import as_lock
 
     layout = Layout(find_repo())
-    selected = load_inputs(layout.pins).select(sets or [])  # an unknown set is named as such
-    return [load_lock(layout.lock(s.name)) for s in selected]
+    bases = [s for s in sets or [] if deb_lock_path(layout.pins, s).is_file()]
+    named = [s for s in sets or [] if s not in bases]
+    locks = []
+    if named or not sets:  # an unknown set is named as such
+        locks = [load_lock(layout.lock(s.name)) for s in load_inputs(layout.pins).select(named)]
+    return locks + [as_lock(d) for d in _deb_locks(bases if sets else None)]
+
+
+def _index(locks):  # type: ignore[no-untyped-def]
+    """The package index(es), and the Debian mirror when an OS lock is among ``locks``."""
+    from halo.sources import debian_mirror, index_urls
+    from halo.store.debfetch import DebMirror, Indexes
+    from halo.store.index import IndexClient
+
+    debs = _deb_locks([lk.set for lk in locks if lk.platform.startswith("debian-")])
+    members: list[object] = []
+    if debs:
+        members.append(DebMirror.for_locks(debian_mirror(debs[0].inputs.suite), debs))
+    if any(not lk.platform.startswith("debian-") for lk in locks):
+        members.append(IndexClient(index_urls()))
+    return Indexes(members)
 
 
 def _fetch(args: argparse.Namespace) -> int:
     from halo.paths import store_root
-    from halo.sources import index_urls, substitute_dirs
+    from halo.sources import substitute_dirs
     from halo.store.fetch import fetch_lock, summary
-    from halo.store.index import IndexClient
     from halo.store.store import Store
 
     locks = _locks(args.sets)
     store = Store(store_root())
-    index = IndexClient(index_urls())
+    index = _index(locks)
     for lock in locks:
         print(summary(lock.set, fetch_lock(lock, store, index, substitute_dirs())))
     return 0
@@ -60,14 +97,13 @@ def _verify(args: argparse.Namespace) -> int:
 
     from halo.paths import store_root
     from halo.report import table
-    from halo.sources import index_urls, substitute_dirs
-    from halo.store.index import IndexClient
+    from halo.sources import substitute_dirs
     from halo.store.maintenance import verify_store
     from halo.store.store import Store
 
     locks = _locks()
     store = Store(store_root())
-    index = IndexClient(index_urls()) if args.repair else None
+    index = _index(locks) if args.repair else None
     report = verify_store(store, locks, index, substitute_dirs() if args.repair else ())
     rows = [
         ("entries hashed", report.checked),

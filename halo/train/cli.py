@@ -20,10 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("method", nargs="?", help="method name (see --list)")
     p.add_argument("config", nargs="?", type=Path, help="the run's YAML config")
     p.add_argument("--list", action="store_true", help="list the methods and exit")
-    p.add_argument("--nproc", type=int, default=None, help="processes (torchrun for more than one)")
-    p.add_argument(
-        "--dry-run", action="store_true", help="print the command, config and outputs; run nothing"
-    )
+    _launch_flags(p)
     p.add_argument("extra", nargs=argparse.REMAINDER, help="-- --key=value overrides")
     p.set_defaults(func=launch)
 
@@ -44,6 +41,72 @@ def register(sub: argparse._SubParsersAction) -> None:
     hfcache.register(sub)
 
 
+def _launch_flags(p: argparse.ArgumentParser, late: bool = False) -> None:
+    """`halo launch`'s flags; ``late``: for the flags written after CONFIG (no defaults, so
+    only what was typed there replaces what was parsed before)."""
+    d = {"default": argparse.SUPPRESS} if late else {}
+    flag = {"action": "store_true", **d}
+    p.add_argument(
+        "--nproc-per-node",
+        "--nproc",
+        dest="nproc",
+        type=int,
+        help="processes per node (torchrun for more than one; default: one per GPU)",
+        **({"default": None} if not late else d),
+    )
+    p.add_argument("--dry-run", help="print the command (or script); run nothing", **flag)
+    for name, kind, what in (
+        ("--nnodes", int, "nodes (torchrun c10d rendezvous for more than one)"),
+        ("--node-rank", int, "this node's rank (default: c10d assigns ranks as nodes join)"),
+        ("--rdzv-endpoint", str, "HOST:PORT of the c10d rendezvous (the first node)"),
+        ("--rdzv-id", str, "the job's rendezvous id, the same on every node"),
+        ("--partition", str, "--slurm: the partition"),
+        ("--account", str, "--slurm: the account"),
+        ("--time", str, "--slurm: the time limit (sbatch --time)"),
+        ("--gpus-per-node", int, "--slurm: GPUs per node"),
+        ("--container", str, "--slurm: a pyxis image (.sqsh or docker ref) or an Apptainer .sif"),
+        ("--venv", str, "--slurm: a venv with halo and the stack (DIR/bin/halo)"),
+        ("--grace", int, "--slurm: seconds before the time limit that SIGTERM comes"),
+    ):
+        p.add_argument(name, type=kind, help=what, **({"default": None} if not late else d))
+    p.add_argument("--nodes", dest="nnodes", type=int, help="--slurm: nodes (= --nnodes)", **d)
+    p.add_argument("--slurm", help="write an sbatch script and submit it", **flag)
+    p.add_argument("--requeue", help="--slurm: requeue the job on node failure", **flag)
+
+
+# Launch flags that are config keys: they reach the trainer (and every node) as overrides.
+FLAG_KEYS = {
+    "nnodes": "runtime.nnodes",
+    "node_rank": "runtime.node_rank",
+    "rdzv_endpoint": "runtime.rdzv.endpoint",
+    "rdzv_id": "runtime.rdzv.id",
+    "partition": "runtime.slurm.partition",
+    "account": "runtime.slurm.account",
+    "time": "runtime.slurm.time",
+    "gpus_per_node": "runtime.slurm.gpus_per_node",
+    "container": "runtime.slurm.container",
+    "venv": "runtime.slurm.venv",
+    "grace": "runtime.slurm.grace_s",
+}
+
+
+def flag_overrides(args: argparse.Namespace) -> list[str]:
+    import json
+
+    if getattr(args, "nnodes", None) is not None and args.nnodes < 1:
+        from halo.errors import HaloError
+
+        raise HaloError(f"--nnodes: expected a positive number, got {args.nnodes}")
+    out = [
+        f"--{key}={json.dumps(getattr(args, dest))}"
+        for dest, key in FLAG_KEYS.items()
+        if getattr(args, dest, None) is not None
+    ]
+    if getattr(args, "requeue", False):
+        out.append("--runtime.slurm.requeue=true")
+    return out
+
+
 def _extra(args: argparse.Namespace) -> list[str]:
     """The config overrides. Launch flags written after CONFIG land in `extra` too: take them.
 
@@ -52,9 +115,10 @@ def _extra(args: argparse.Namespace) -> list[str]:
     """
     rest = list(args.extra)
     late = argparse.ArgumentParser(prog=f"halo {args.command}", add_help=False)
-    late.add_argument("--nproc", type=int, default=args.nproc)
     if hasattr(args, "dry_run"):
-        late.add_argument("--dry-run", action="store_true", default=args.dry_run)
+        _launch_flags(late, late=True)
+    else:
+        late.add_argument("--nproc", type=int, default=args.nproc)
     if "--" in rest:
         cut = rest.index("--")
         known, unknown = late.parse_known_args(rest[:cut])
@@ -96,10 +160,18 @@ def launch(args: argparse.Namespace) -> int:
     if not args.method or not args.config:
         raise HaloError("launch: expected METHOD CONFIG (or --list)")
     spec = reg.get(args.method)
-    extra = _extra(args)
+    user = _extra(args)
+    extra = flag_overrides(args) + user
     cfg = config.load(args.config, spec.name, extra)
+    if args.slurm:
+        from halo.train import slurm
+
+        job = slurm.job_from_config(spec.name, args.config.resolve(), cfg, args.nproc, user)
+        return slurm.launch(job, args.dry_run, slurm.Sbatch())
     gpus = pf.gpu_count()
-    nproc = args.nproc if args.nproc is not None else _default_nproc(cfg.runtime.devices, gpus)
+    nproc = args.nproc if args.nproc is not None else cfg.runtime.nproc_per_node
+    if nproc is None:
+        nproc = _default_nproc(cfg.runtime.devices, gpus)
     plan = launcher.plan(
         spec,
         cfg,
@@ -112,7 +184,11 @@ def launch(args: argparse.Namespace) -> int:
     checks = pf.gather(cfg, nproc, gpus)
     if args.dry_run:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.env.items()))
-        print(f"# launcher: {plan.launcher}, {plan.nproc} process(es)")
+        where = f"{plan.nnodes} node(s) x " if plan.nnodes > 1 else ""
+        print(
+            f"# launcher: {plan.launcher}, {where}{plan.nproc} process(es), "
+            f"gradient accumulation {plan.accumulation}"
+        )
         shown = redact_text(shlex.join(plan.argv))  # an override may carry a URL's token
         print(f"command: {(env + ' ') if env else ''}{shown}")
         print(f"checkpoints: {cfg.job_dir}")
@@ -131,8 +207,11 @@ def launch(args: argparse.Namespace) -> int:
             print(line)
         return 0
     pf.failures(checks)
-    print(f"halo launch: {shlex.join(plan.argv)}", file=sys.stderr, flush=True)
     env = {**os.environ, **plan.env}
+    from halo.train import fabric
+
+    fabric.check(cfg.runtime.fabric, env)
+    print(f"halo launch: {shlex.join(plan.argv)}", file=sys.stderr, flush=True)
     if plan.launcher == "python":
         from halo.train import stopping
 

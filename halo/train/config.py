@@ -35,6 +35,38 @@ class Paths(Section):
     logs: PathField = Path("runs/logs")
 
 
+class Rendezvous(Section):
+    """torchrun's c10d rendezvous, for more than one node."""
+
+    # HOST:PORT of the c10d store (on the first node; under Slurm the script fills it in).
+    endpoint: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:\[\]-]+:[0-9]{1,5}$")] | None = None
+    # The job's id: every node of one job passes the same (default: runtime.job_name).
+    id: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")] | None = None
+    # How long the first node waits for all the others, and, once the minimum is there, for
+    # late ones: a node that never joins is an error after join_timeout_s, not a hang.
+    join_timeout_s: Positive = 600
+    last_call_timeout_s: Positive = 30
+
+
+class Slurm(Section):
+    """`halo launch --slurm`: the sbatch script's resources (flags override these)."""
+
+    partition: str | None = None
+    account: str | None = None
+    time: Annotated[str, Field(pattern=r"^[0-9:-]+$")] | None = None  # sbatch --time
+    gpus_per_node: NonNegative = 0
+    cpus_per_task: Positive | None = None
+    # A pyxis/enroot image (a .sqsh file or a docker ref) or an Apptainer .sif; or a venv
+    # folder holding halo and the stack (DIR/bin/halo); neither: this interpreter's halo.
+    container: str | None = None
+    container_mounts: list[str] = Field(default_factory=list)
+    venv: PathField | None = None
+    # Seconds before the time limit at which every process of the step gets SIGTERM: enough
+    # to finish a batch and write the emergency checkpoint.
+    grace_s: Positive = 300
+    requeue: bool = False
+
+
 class Runtime(Section):
     job_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
     paths: Paths = Field(default_factory=Paths)
@@ -45,6 +77,20 @@ class Runtime(Section):
     # auto: python for one process, torchrun for several.
     launcher: Literal["auto", "python", "torchrun", "accelerate"] = "auto"
     env: dict[str, str] = Field(default_factory=dict)
+    # Nodes and processes per node (`--nnodes`, `--nproc-per-node`; unset: one per GPU).
+    nnodes: Positive = 1
+    nproc_per_node: Positive | None = None
+    # Fixed order of the nodes when set (else c10d assigns ranks as nodes join).
+    node_rank: NonNegative | None = None
+    rdzv: Rendezvous = Field(default_factory=Rendezvous)
+    # A collective that waits longer than this fails the rank (and so the job): no hangs.
+    collective_timeout_s: Positive = 600
+    # NCCL's network: efa (aws-ofi-nccl + libfabric; an error when they do not load), socket
+    # (TCP), or auto (NCCL's own choice). runtime.env overrides any default it sets.
+    fabric: Literal["auto", "socket", "efa"] = "auto"
+    # The network interface for NCCL/gloo sockets (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME).
+    socket_ifname: str | None = None
+    slurm: Slurm = Field(default_factory=Slurm)
     # online-grpo: the rollout server's OpenAI API (else $HALO_ROLLOUT_URL).
     rollout_url: str | None = None
 
@@ -222,7 +268,9 @@ METHOD_SECTIONS = {
     "rollout": ("online-grpo",),
 }
 # Keys whose string values are local paths (resolved against the YAML's folder).
-PATH_KEYS = {"checkpoints", "logs", "train", "eval", "path", "chat_template", "export_dir"}
+PATH_KEYS = {
+    "checkpoints", "logs", "train", "eval", "path", "chat_template", "export_dir", "venv"
+}  # fmt: skip
 # Keys that name a local folder when one exists there, else a Hub id.
 MAYBE_PATH_KEYS = {"name_or_path", "tokenizer"}
 
@@ -253,6 +301,9 @@ def resolve_paths(raw: dict[str, Any], base: Path) -> None:
         if isinstance(paths, dict):
             for k, default in (("checkpoints", "runs/checkpoints"), ("logs", "runs/logs")):
                 paths[k] = _resolve(paths.get(k, default), base)
+        slurm = rt.get("slurm")
+        if isinstance(slurm, dict) and slurm.get("venv") is not None:
+            slurm["venv"] = _resolve(slurm["venv"], base)
     data = raw.get("data")
     if isinstance(data, dict):
         for key in ("train", "eval"):

@@ -72,7 +72,8 @@ def init(env: dict[str, str] | None = None) -> Context:
     if world > 1:
         dist.init_process_group(
             backend="nccl" if cuda else "gloo",
-            timeout=datetime.timedelta(minutes=10),
+            # A peer that died fails this rank's collective after the timeout: never a hang.
+            timeout=datetime.timedelta(seconds=int(env.get("HALO_COLLECTIVE_TIMEOUT_S", "600"))),
             device_id=device if cuda else None,
         )
     return Context(rank, world, local, device)

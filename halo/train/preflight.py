@@ -159,6 +159,14 @@ def n_params(cfg: Config) -> int:
     return layers * per_layer + vocab * h * (1 if tied else 2) + h
 
 
+def driver() -> Check:
+    """The NVIDIA driver against the images' CUDA 13.0 (fine where there is no GPU at all)."""
+    from halo.train.driver import check
+
+    found = check()
+    return Check("driver", found.ok, found.detail)
+
+
 def gather(cfg: Config, nproc: int, gpu_count: int) -> list[Check]:
     inputs = [s.path for s in cfg.data.sources("train") + cfg.data.sources("eval")]
     missing = [str(p) for p in inputs if not p.is_file()]
@@ -172,6 +180,7 @@ def gather(cfg: Config, nproc: int, gpu_count: int) -> list[Check]:
         writable("runtime.paths.logs", cfg.runtime.paths.logs),
         base_model(cfg),
         tokenizer(cfg),
+        driver(),
         devices(cfg, gpu_count, nproc),
         parallelism(cfg, nproc, gpu_count > 0),
         disk(cfg, checkpoint_bytes(cfg, n_params(cfg))),

@@ -41,7 +41,8 @@ http:
   addr: 127.0.0.1:5000
 """
 PACKAGES = {
-    "mmdebstrap": ("mmdebstrap", "uidmap", "debian-archive-keyring"),
+    # apt-utils: apt-ftparchive, the flat local repository bases are made offline from.
+    "mmdebstrap": ("mmdebstrap", "uidmap", "debian-archive-keyring", "apt-utils"),
     "registry": ("docker-registry",),
 }
 

@@ -26,7 +26,7 @@ def test_committed_pins_pass_check() -> None:
     # Its speed budget (< 1 s) is measured by `nox -s bench`, not by a timed test.
     proc = halo("pins", "check", cwd=REPO)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout == "pins: 7 sets, 3 source pins: all invariants hold\n"
+    assert proc.stdout == "pins: 7 sets, 3 source pins, 4 OS locks: all invariants hold\n"
 
 
 def test_committed_locks_name_files_never_locations() -> None:
