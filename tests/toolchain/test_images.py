@@ -73,6 +73,10 @@ def test_catalog_parses_the_shipped_file() -> None:
         ),
         (lambda s: s.replace("base: b", "base: nope"), r"images\.cpu\.base: unknown base 'nope'"),
         (
+            lambda s: s.replace("    publish: halo\n", "    publish: halo\n    stage_of: cpu\n"),
+            r"images\.cpu\.stage_of: 'cpu' is not a product image here",
+        ),
+        (
             lambda s: s.replace("recipe: mmdebstrap", "recipe: magic"),
             r"bases\.b\.recipe: Input should be 'mmdebstrap'",
         ),
