@@ -33,9 +33,10 @@ VALIDATOR_FILES = (
 
 
 def selected(catalog: Catalog, names: list[str], all_: bool) -> list[Image]:
-    """The images a command names (or every one, with --all); none named is one error line."""
+    """The images a command names (or every product, with --all: stages only by name); none
+    named is one error line."""
     if all_:
-        return list(catalog.images.values())
+        return [i for i in catalog.images.values() if i.stage_of is None]
     if not names:
         raise HaloError(
             "halo image: name an image (or --all); known: " + ", ".join(sorted(catalog.images))

@@ -64,6 +64,9 @@ class ImageSpec(Strict):
     sources: list[Name] = Field(default_factory=list)
     tiers: list[str] = Field(default_factory=list)
     publish: OciRepository
+    # A CI stage of another image (its base and locked stack, kernels omitted): built and
+    # checked by name only, never by --all, never pushed.
+    stage_of: Name | None = None
     # The Dockerfile's own build arguments (the shared server Dockerfile: which server, port).
     args: dict[ArgName, Annotated[str, Field(min_length=1)]] = Field(default_factory=dict)
 
@@ -138,7 +141,11 @@ def parse(text: str, path: Path, repo: Path | None = None) -> Catalog:
             tiers=tuple(spec.tiers),
             publish=spec.publish,
             args=tuple(sorted(spec.args.items())),
+            stage_of=spec.stage_of,
         )
+    for n, i in images.items():
+        if i.stage_of is not None and (i.stage_of not in images or images[i.stage_of].stage_of):
+            found.add(f"images.{n}.stage_of", f"{i.stage_of!r} is not a product image here")
     if repo is not None:
         named = [(f"images.{n}.dockerfile", i.dockerfile) for n, i in images.items()]
         for where, rel in named:

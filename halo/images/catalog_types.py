@@ -54,6 +54,8 @@ class Image:
     # The Dockerfile's own build arguments (a shared Dockerfile told which server it builds),
     # sorted by name; part of the input hash.
     args: tuple[tuple[str, str], ...] = ()
+    # A CI stage of images.<stage_of> (base + locked stack, no kernels): not a product.
+    stage_of: str | None = None
 
     @property
     def moving_ref(self) -> str:

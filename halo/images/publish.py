@@ -256,6 +256,11 @@ def local_image_for_inputs(repo: Path, image: Image) -> tuple[str, str]:
 
 def stage(repo: Path, image: Image, staging: str, progress: Progress) -> tuple[str, int]:
     """Push the image built for the checkout's inputs, by digest; returns (REPO@digest, uploads)."""
+    if image.stage_of:
+        raise HaloError(
+            f"images.{image.name}: a CI stage of images.{image.stage_of} (kernels omitted), "
+            f"never published; push {image.stage_of}"
+        )
     from halo.images.build import rehash_for_push
     from halo.images.docker import Docker
     from halo.images.provenance import annotations

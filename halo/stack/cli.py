@@ -11,6 +11,10 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from halo.paths import Layout
 
 from halo.paths import VENVS_ENV, venvs_root
 
@@ -49,6 +53,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="SET",
         help="also run the CPU tier natively in this set's venv (repeatable)",
     )
+    where = verify.add_mutually_exclusive_group()
+    where.add_argument(
+        "--image",
+        metavar="NAME",
+        help="check inside this built image (catalog name or ref), `docker run --network none`; "
+        "nothing installed on the host",
+    )
+    where.add_argument(
+        "--installed",
+        type=Path,
+        metavar="VENV",
+        help=argparse.SUPPRESS,  # inside an image: check the venv its build installed
+    )
+    verify.add_argument(
+        "--remove",
+        action="store_true",
+        help="with --image NAME: remove the image's tags once checked (CI's disk)",
+    )
     verify.set_defaults(func=_verify)
     inst = sub.add_parser(
         "install",
@@ -74,6 +96,20 @@ def _verify(args: argparse.Namespace) -> int:
 
     layout = Layout(find_repo())
     names = list(args.sets or DEFAULT_SETS)
+    if args.image or args.installed:
+        if (
+            len(names) != 1
+            or args.cpu_tier
+            or args.clean
+            or args.fresh
+            or (args.installed and args.remove)
+        ):
+            where = f"--image {args.image}" if args.image else "--installed"
+            raise HaloError(
+                f"{where}: checks exactly one SET, without --cpu-tier/--clean/--fresh "
+                f"(got {' '.join(names) or 'none'}; the CPU tier: halo test cpu --image NAME)"
+            )
+        return _verify_image(args, layout, names[0])
     unknown = sorted(set(args.cpu_tier) - set(names))
     if unknown:
         raise HaloError(f"--cpu-tier {unknown[0]}: not among the sets checked ({' '.join(names)})")
@@ -150,3 +186,55 @@ def _install(args: argparse.Namespace) -> int:
         say(f"halo stack install: {args.set}: {line}")
     say(f"halo stack install: {prefix} ready in {time.monotonic() - start:.0f}s: {prefix}/bin/halo")
     return 0
+
+
+def _verify_image(args: argparse.Namespace, layout: Layout, set_name: str) -> int:
+    """--image (on the host: run the check in the image) and --installed (inside it)."""
+    from halo.pins.lockfile import load_lock
+    from halo.report import say, table
+    from halo.stack import in_image
+    from halo.stack.spec import spec_for
+    from halo.stack.verify import FAIL, Inputs
+    from halo.store.store import Store
+
+    spec = spec_for(set_name)
+    start = time.monotonic()
+    if args.image:
+        from halo.testing.container import built_image_ref
+
+        ref = built_image_ref(args.image)
+        say(f"halo stack: {set_name} inside {ref} (docker run --network none): {NO_GPU}")
+        try:
+            rows, _ = in_image.run_in(ref, set_name)
+        finally:
+            if args.remove:
+                for gone in in_image.remove_image(ref):
+                    say(f"halo stack: removed {gone}")
+        where = ref
+    else:
+        lock_path = layout.lock(set_name)
+        record = in_image.build_record()
+        venv = args.installed
+        inputs = Inputs(
+            spec=spec,
+            lock=load_lock(lock_path),
+            store=Store(Path("/nonexistent")),  # nothing is installed from a store in an image
+            python=str(venv / "bin" / "python"),
+            python_version=".".join(map(str, sys.version_info[:3])),
+            venv=venv,
+            patches=layout.patches,
+            images=layout.images,
+            repo=layout.repo,
+        )
+        rows = in_image.verify_installed(inputs, record, lock_path)
+        in_image.emit(rows)
+        return 1 if any(r.result == FAIL for r in rows) else 0
+    print(f"\n{set_name} in {where} ({time.monotonic() - start:.0f}s, no GPU)")
+    print(table(["check", "result", "detail"], [[r.check, r.result, r.detail] for r in rows]))
+    sys.stdout.flush()
+    failures = [
+        f"{set_name}: {r.check}: {line}" for r in rows if r.result == FAIL for line in r.failures
+    ]
+    for line in failures:
+        print(f"halo: stack: {line}", file=sys.stderr)
+    return 1 if failures else 0

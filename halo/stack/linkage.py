@@ -57,10 +57,12 @@ HOST_OPTIONAL: tuple[tuple[str, re.Pattern[str], str], ...] = (
         "torchcodec",
         re.compile(
             r"^lib(avutil|avcodec|avformat|avdevice|avfilter|swscale|swresample)\.so\.\d+$"
-            r"|^libpython3\.\d+\.so\.1\.0$"
+            r"|^libpython3\.\d+\.so\.1\.0$|^libheif\.so\.1$"
         ),
         "torchcodec ships one custom-ops library per FFmpeg major and loads the host's (no "
-        "FFmpeg: no video decoding); those also name libpython, which a static CPython lacks",
+        "FFmpeg: no video decoding); those also name libpython, which a static CPython lacks; "
+        "its HEIC decoder (libtorchcodec_heic) is loaded only to decode HEIC, with the host's "
+        "libheif (found only where the host has it: an image check, not a venv's, sees this)",
     ),
     (
         "numba",

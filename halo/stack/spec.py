@@ -35,7 +35,6 @@ def spec_for(set_name: str, policy: Policy | None = None) -> StackSpec:
     policy = policy or Policy()
     below_2 = set_name in policy.numpy_below_2
     specs = {
-        "cpu": StackSpec("cpu", _TRAINING, numpy_below_2=below_2),
         "blackwell": StackSpec(
             "blackwell", (*_TRAINING, "flash_attn.cute", "cutlass.cute"), numpy_below_2=below_2
         ),
@@ -52,6 +51,9 @@ def spec_for(set_name: str, policy: Policy | None = None) -> StackSpec:
             ("torch", "numpy", "sglang", "sglang.srt.entrypoints.http_server"),
             server="sglang",
         ),
+        # halo:cpu: the GPU images' torch (the CUDA 13 build) and the trainer's needs, checked
+        # inside the image (`halo stack verify cpu --image cpu`).
+        "cpu": StackSpec("cpu", (*_TRAINING, "transformers", "tokenizers"), numpy_below_2=below_2),
         "vllm-cpu": StackSpec(
             "vllm-cpu",
             ("torch", "numpy", "vllm", "vllm.entrypoints.openai.api_server"),

@@ -65,6 +65,8 @@ class RunSpec:
     # `halo job start`: detached under this name, kept after it exits (its exit code).
     detach_name: str | None = None
     cap_add: Sequence[str] = ()  # `halo job start --debug`: SYS_PTRACE for py-spy
+    # None: the image's own entrypoint; "" clears it (a server image's is serve.sh).
+    entrypoint: str | None = None
 
 
 def in_ci() -> bool:
@@ -102,6 +104,8 @@ def docker_run_args(
     args.append(f"--shm-size={GPU_SHM if spec.gpus else CPU_SHM}")
     if spec.host_pids:
         args.append("--pid=host")
+    if spec.entrypoint is not None:
+        args += ["--entrypoint", spec.entrypoint]
     if spec.gpus:
         if spec.fabric not in FABRICS:
             raise ValueError(f"fabric {spec.fabric!r}: expected one of {sorted(FABRICS)}")

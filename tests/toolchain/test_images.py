@@ -13,7 +13,7 @@ from support import REPO, halo, tree_listing
 from halo.errors import HaloError
 from halo.images.base import BaseState
 from halo.images.buildplan import resolve_inputs
-from halo.images.catalog import load_catalog, parse_catalog
+from halo.images.catalog import load_catalog, parse_catalog, selected
 from halo.images.wheel import build_wheel
 
 GOOD = """
@@ -37,7 +37,18 @@ images:
 
 def test_catalog_parses_the_shipped_file() -> None:
     catalog = load_catalog(Path(__file__).resolve().parents[2])
-    assert set(catalog.images) == {"cpu", "blackwell", "hopper", "vllm", "sglang"}
+    products = {"cpu", "blackwell", "hopper", "vllm", "sglang"}
+    assert set(catalog.images) == products | {"blackwell-stack", "hopper-stack"}
+    # --all is the products; a stage (base + locked stack, kernels omitted) is built by name.
+    assert {i.name for i in selected(catalog, [], True)} == products
+    for name in ("blackwell", "hopper"):
+        stage, product = catalog.images[f"{name}-stack"], catalog.images[name]
+        assert stage.stage_of == name and stage.repository == "halo-stack" and not stage.sources
+        assert (stage.pins, stage.dockerfile, stage.cuda_arch) == (
+            product.pins,
+            product.dockerfile,
+            product.cuda_arch,
+        )
     assert catalog.images["blackwell"].cuda_arch == ("10.0",)  # one arch per image; runs on 10.3
     assert catalog.images["hopper"].cuda_arch == ("9.0a",)
     # One training Dockerfile serves all three training images.
@@ -61,6 +72,10 @@ def test_catalog_parses_the_shipped_file() -> None:
             r"images\.cpu\.colour: unknown key",
         ),
         (lambda s: s.replace("base: b", "base: nope"), r"images\.cpu\.base: unknown base 'nope'"),
+        (
+            lambda s: s.replace("    publish: halo\n", "    publish: halo\n    stage_of: cpu\n"),
+            r"images\.cpu\.stage_of: 'cpu' is not a product image here",
+        ),
         (
             lambda s: s.replace("recipe: mmdebstrap", "recipe: magic"),
             r"bases\.b\.recipe: Input should be 'mmdebstrap'",
@@ -224,8 +239,8 @@ def test_unknown_image_is_one_line_exit_2(
     proc = halo("image", "build", "gpu9000", cwd=repo_copy, env=isolated_env)
     assert proc.returncode == 2
     assert (
-        "unknown image 'gpu9000' (known: blackwell, cpu, hopper, sglang, vllm)"
-        in _one_error_line(proc)
+        "unknown image 'gpu9000' (known: blackwell, blackwell-stack, cpu, hopper, hopper-stack, "
+        "sglang, vllm)" in _one_error_line(proc)
     )
     assert tree_listing(tmp_path / "cache") == []
 

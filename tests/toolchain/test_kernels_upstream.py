@@ -165,3 +165,28 @@ def test_substitutes_are_configuration_not_files_of_the_repository() -> None:
     assert tracked.returncode == 0 and tracked.stdout == "", tracked.stdout + tracked.stderr
     with tempfile.TemporaryDirectory() as tmp:
         assert substitute_dirs({"HALO_SOURCE_SUBSTITUTES": f"{tmp}:/nonexistent"}) == [Path(tmp)]
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(3600)
+def test_deep_ep_compiles_in_the_builder_image_once_then_the_store_answers(tmp_path: Path) -> None:
+    """DeepEP for blackwell's one architecture, from the substitute source, in the builder image
+    (the default builder: docker, --network none): compiled once into the store under its
+    derivation hash (about 6 minutes on 2 cores), and the second realisation compiles nothing."""
+    from support import docker_or_skip, halo
+
+    docker_or_skip()
+    tree_or_skip(PINS["deep-ep"], Store(tmp_path / "store"), tmp_path / "work")
+
+    def realise_deep_ep() -> list[str]:
+        proc = halo("image", "kernels", "blackwell", "--only", "deep-ep", cwd=REPO)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        row = next(ln for ln in proc.stdout.splitlines() if ln.startswith("blackwell "))
+        return row.split()
+
+    first = realise_deep_ep()
+    assert first[1] == "deep-ep" and first[3] in ("built", "store"), first
+    assert first[-1].startswith("deep_ep-") and first[-1].endswith(".whl"), first
+    second = realise_deep_ep()
+    assert second[3] == "store" and second[4] == "-", second  # nothing compiled
+    assert second[2] == first[2] and second[-1] == first[-1]  # same derivation, same wheel

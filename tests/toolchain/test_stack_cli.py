@@ -12,7 +12,7 @@ def test_unknown_set_is_one_error_line(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "halo: error: halo stack: no stack check for set 'nosuchset' (known: blackwell, hopper, "
-        "vllm, sglang, vllm-cpu)"
+        "vllm, sglang, cpu, vllm-cpu)"
     ]
     assert list(tmp_path.iterdir()) == []
 
