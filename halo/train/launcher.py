@@ -61,6 +61,12 @@ def torchrun_args(cfg: Config, nproc: int) -> list[str]:
     ]
     if rt.node_rank is not None:
         args.append(f"--node-rank={rt.node_rank}")
+    host = rt.rdzv.endpoint.rsplit(":", 1)[0].strip("[]")
+    if host in ("localhost", "::1") or host.startswith("127."):
+        # A loopback endpoint: every node is this machine. Each agent then publishes loopback
+        # as its address rather than its hostname, which a container without a network
+        # (docker run --network none) cannot resolve.
+        args.append("--local-addr=127.0.0.1")
     return args
 
 

@@ -239,6 +239,8 @@ def test_torchrun_flags_for_one_and_many_nodes() -> None:
         "--max-restarts=0",
         "--node-rank=2",
     ]
+    local = _cfg("--nnodes=2", '--runtime.rdzv.endpoint="127.0.0.1:29500"')
+    assert launcher.torchrun_args(local, 1)[-1] == "--local-addr=127.0.0.1"
     with pytest.raises(HaloError, match=r"rdzv\.endpoint: 4 nodes need a rendezvous endpoint"):
         launcher.torchrun_args(_cfg("--nnodes=4"), 8)
 
