@@ -203,7 +203,15 @@ def launch(args: argparse.Namespace) -> int:
         print("# resolved config")
         print(config.dump_yaml(cfg), end="")
         print("# first example of each data source")
-        for line in _describe(spec.module, cfg):
+        try:
+            lines = _describe(spec.module, cfg)
+        except ModuleNotFoundError as exc:
+            if exc.name != "torch":
+                raise
+            # A login node without the training stack: everything above holds; the methods'
+            # data readers are torch's, so the loss-mask view waits for a node that has it.
+            lines = ["(not shown: the loss-mask view needs the Python package 'torch' here)"]
+        for line in lines:
             print(line)
         return 0
     pf.failures(checks)

@@ -426,3 +426,28 @@ def test_slurm_dry_run_and_the_batch_rule_need_no_torch(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("#!/bin/bash\n") and "srun --nodes=2" in r.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["launch", "sft", str(SFT), "--dry-run"],
+        ["launch", "sft", str(SFT), "--nnodes", "2", "--rdzv-endpoint", "n1:29500", "--dry-run"],
+        ["preflight", str(SFT)],
+    ],
+    ids=["dry-run", "multinode-dry-run", "preflight"],
+)
+def test_a_login_node_needs_no_torch(argv: list[str], tmp_path: Path) -> None:
+    # torch made unimportable, as on a login node with halo and the tokenizer libraries only.
+    outs = [f"--runtime.paths.checkpoints={tmp_path}/ck", f"--runtime.paths.logs={tmp_path}/logs"]
+    full = [*argv, *([] if argv[0] == "preflight" else ["--", *outs])]
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from halo.cli import main\n"
+        f"raise SystemExit(main({full!r}))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=halo_env(), capture_output=True, text=True, check=False
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "torch" not in r.stderr, r.stderr
