@@ -77,7 +77,7 @@ def _start(args: argparse.Namespace) -> int:
         raise HaloError(f"--backend: expected docker or slurm, got {opts.backend!r}")
     vars(args).update(vars(opts))
     rest = [*unknown, *rest[cut + 1 :]]
-    config = args.config.resolve()
+    config = args.config.absolute()  # links are the config loader's to follow (one line)
     cfg = load(config, args.method, rest)  # a bad config is one line here, nothing started
     name = args.name or cfg.runtime.job_name
     if (jobs_root() / name / "job.json").exists():

@@ -134,6 +134,7 @@ VALUES = {
     "method": "sft",
     "config": "examples/sft/config.yaml",
     "inputs": "images/images.yaml",
+    "keep": "1",
 }
 
 
@@ -148,6 +149,8 @@ def argv_for(name: str, scratch: Path) -> list[str]:
                 value = (
                     str(scratch / "out") if action.dest == "out" else VALUES.get(action.dest, "x")
                 )
+                if action.choices:  # `image export --format`: a real one, so the fault is met
+                    value = next(iter(action.choices))
                 argv += [action.option_strings[0], value]
             elif "--dry-run" in flags:
                 argv.append("--dry-run")  # a trainer that got past its config only prints
