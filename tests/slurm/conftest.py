@@ -95,11 +95,13 @@ def outputs(tmp: Path) -> list[str]:
     return [f"--runtime.paths.checkpoints={tmp / 'ck'}", f"--runtime.paths.logs={tmp / 'logs'}"]
 
 
-def submit(venv: Path, tmp: Path, *overrides: str, nodes: int = 2) -> str:
+def submit(venv: Path, tmp: Path, *overrides: str, nodes: int = 2, **extra_env: str) -> str:
     """`halo launch sft --slurm` from the venv: renders the sbatch script, submits, prints the id."""
     argv = [str(venv / "bin" / "halo"), "launch", "sft", str(SFT), "--slurm", f"--nodes={nodes}"]
     argv += ["--nproc=1", f"--venv={venv}", "--", *outputs(tmp), *overrides]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env(), timeout=120, cwd=tmp)
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, env=env(**extra_env), timeout=120, cwd=tmp
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     job_id = proc.stdout.strip().splitlines()[-1]
     assert re.fullmatch(r"\d+", job_id), proc.stdout

@@ -22,9 +22,12 @@ from .conftest import REPO, SFT, Cluster, meta
 LONG = ["--training.epochs=50", "--checkpoint.every_steps=4", "--checkpoint.keep_last=0"]
 
 
-def job(scratch: Path, *args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+def job(
+    scratch: Path, *args: str, timeout: float = 400, **extra_env: str
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HALO_SCRATCH": str(scratch), "PYTHONPATH": str(REPO)}
     env["OMP_NUM_THREADS"] = "1"
+    env.update(extra_env)
     return subprocess.run(
         [sys.executable, "-m", "halo", "job", *args],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout,
@@ -119,9 +122,11 @@ def test_max_duration_hours_stops_the_job_gracefully(
     cluster: Cluster, venv: Path, tmp_path: Path
 ) -> None:
     name = f"timer-{uuid.uuid4().hex[:8]}"
-    # 0.006 h: about 22 s, while the 400-step job is still training.
+    # 0.006 h: about 22 s, while the job is still training: its step-8 checkpoint pauses for
+    # 40 s (the trainer's test hook), however fast the steps are on this machine.
     ok(job(tmp_path, "start", str(SFT), "--name", name, "--backend", "slurm", "--venv",
-           str(venv), "--", *LONG, "--runtime.max_duration_hours=0.006"))  # fmt: skip
+           str(venv), "--", *LONG, "--runtime.max_duration_hours=0.006",
+           HALO_TEST_HOOK_CHECKPOINT_SLEEP="8:40"))  # fmt: skip
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         if not {"running", "pending"} & set(job(tmp_path, "status", name).stdout.split()):

@@ -75,8 +75,10 @@ def test_one_checkpoint_per_save_by_rank_0(two_nodes: Path) -> None:
 def test_scancel_term_saves_exits_0_and_resubmit_resumes_bitwise(
     cluster: Cluster, venv: Path, two_nodes: Path, tmp_path: Path
 ) -> None:
-    job_id = submit(venv, tmp_path, *BASE)
-    wait_for_line(tmp_path, job_id, f"step 6/{STEPS}", JOB_TIMEOUT)
+    # The step-8 checkpoint pauses (the trainer's test hook; sbatch passes the environment on)
+    # so the signal lands mid-run however fast the steps are: the emergency one is step 9's.
+    job_id = submit(venv, tmp_path, *BASE, HALO_TEST_HOOK_CHECKPOINT_SLEEP="8:20")
+    wait_for_line(tmp_path, job_id, "test hook: sleeping", JOB_TIMEOUT)
     # scancel --signal without --batch/--full signals every job step's tasks: srun's, where
     # halo launch relays it to torchrun's workers (the batch shell would not forward it).
     subprocess.run(["scancel", "--signal=TERM", job_id], check=True)
