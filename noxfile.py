@@ -214,13 +214,12 @@ def stack_check(session: nox.Session) -> None:
 # (catalog image, pin set, CPU tier inside): the server images built completely; the training
 # images through what a 2-core machine affords, their `-stack` stage (base + locked stack,
 # kernels omitted; the kernels are the toolchain tests' derivation tests).
-# (image, pin set, the CPU tier's pytest selection inside it or None). The whole CPU tier runs
-# in halo:cpu (test-cpu); inside blackwell's stack the tier's torch-numerics and trainer-unit
-# files run (the same torch build; the whole tier there takes about 10 minutes on 2 cores).
+# (image, pin set, the CPU tier's extra pytest arguments inside it, or None: no tier there).
+# The CPU tier runs in halo:cpu (test-cpu) and, whole, inside blackwell's stack.
 IMAGE_CHECKS = (
     ("vllm", "vllm", None),
     ("sglang", "sglang", None),
-    ("blackwell-stack", "blackwell", ("-k", "test_numerics or test_units or test_math")),
+    ("blackwell-stack", "blackwell", ()),
     ("hopper-stack", "hopper", None),
 )
 # What CI checks by default: hopper's stack stage differs from blackwell's by FA4 alone and its

@@ -431,16 +431,22 @@ def test_slurm_dry_run_and_the_batch_rule_need_no_torch(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "argv",
     [
-        ["launch", "sft", str(SFT), "--dry-run"],
-        ["launch", "sft", str(SFT), "--nnodes", "2", "--rdzv-endpoint", "n1:29500", "--dry-run"],
-        ["preflight", str(SFT)],
+        ["launch", "sft", "--dry-run"],
+        ["launch", "sft", "--nnodes", "2", "--rdzv-endpoint", "n1:29500", "--dry-run"],
+        ["preflight"],
     ],
     ids=["dry-run", "multinode-dry-run", "preflight"],
 )
 def test_a_login_node_needs_no_torch(argv: list[str], tmp_path: Path) -> None:
     # torch made unimportable, as on a login node with halo and the tokenizer libraries only.
-    outs = [f"--runtime.paths.checkpoints={tmp_path}/ck", f"--runtime.paths.logs={tmp_path}/logs"]
-    full = [*argv, *([] if argv[0] == "preflight" else ["--", *outs])]
+    # A copy of the example: its outputs (relative to the YAML) land in tmp, and preflight's
+    # writability checks pass where the checkout is read-only (the tier's /workspace).
+    import shutil
+
+    for name in ("sft", "tokenizer"):
+        shutil.copytree(EXAMPLES / name, tmp_path / "examples" / name)
+    config = str(tmp_path / "examples" / "sft" / "config.yaml")
+    full = [argv[0], *argv[1:2], config, *argv[2:]]
     code = (
         "import sys; sys.modules['torch'] = None\n"
         "from halo.cli import main\n"
