@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from halo.paths import Layout
+    from halo.pins.lockfile import Lock
+    from halo.stack.spec import StackSpec
+    from halo.stack.verify import Inputs
 
 from halo.paths import VENVS_ENV, venvs_root
 
@@ -86,13 +89,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _verify(args: argparse.Namespace) -> int:
     from halo.errors import HaloError
-    from halo.paths import Layout, find_repo, scratch_root, store_root
+    from halo.paths import Layout, find_repo, scratch_root
     from halo.pins.lockfile import load_lock
     from halo.report import say, table
-    from halo.stack.interpreter import find_python
     from halo.stack.spec import DEFAULT_SETS, spec_for
-    from halo.stack.verify import FAIL, Inputs, verify
-    from halo.store.store import Store
+    from halo.stack.verify import FAIL, verify
 
     layout = Layout(find_repo())
     names = list(args.sets or DEFAULT_SETS)
@@ -120,20 +121,9 @@ def _verify(args: argparse.Namespace) -> int:
     say(f"halo stack: {NO_GPU}")
     failures: list[str] = []
     for spec, lock in zip(specs, locks, strict=True):
-        python, version = find_python(lock.python)
-        inputs = Inputs(
-            spec=spec,
-            lock=lock,
-            store=Store(store_root()),
-            python=python,
-            python_version=version,
-            venv=root / spec.set,
-            patches=layout.patches,
-            images=layout.images,
-            repo=layout.repo,
-        )
+        inputs = host_inputs(layout, spec, lock, root / spec.set)
         start = time.monotonic()
-        say(f"halo stack: {spec.set}: CPython {version} ({python})")
+        say(f"halo stack: {spec.set}: CPython {inputs.python_version} ({inputs.python})")
         tier = scratch_root() / "stack-cpu-tier" / spec.set if spec.set in args.cpu_tier else None
         try:
             rows = verify(inputs, args.fresh, tier, lambda r: None)
@@ -154,33 +144,39 @@ def _verify(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def _install(args: argparse.Namespace) -> int:
-    from halo.paths import Layout, find_repo, store_root
-    from halo.pins.lockfile import load_lock
-    from halo.report import say
+def host_inputs(layout: Layout, spec: StackSpec, lock: Lock, venv: Path) -> Inputs:
+    """What installing ``lock`` into ``venv`` on this host takes: the lock's CPython, the store."""
+    from halo.paths import store_root
     from halo.stack.interpreter import find_python
-    from halo.stack.prefix import install_prefix
-    from halo.stack.spec import spec_for
     from halo.stack.verify import Inputs
     from halo.store.store import Store
 
-    layout = Layout(find_repo())
-    spec = spec_for(args.set)
-    lock = load_lock(layout.lock(args.set))
     python, version = find_python(lock.python)
-    prefix = args.prefix.resolve()
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    inputs = Inputs(
+    return Inputs(
         spec=spec,
         lock=lock,
         store=Store(store_root()),
         python=python,
         python_version=version,
-        venv=prefix,
+        venv=venv,
         patches=layout.patches,
         images=layout.images,
         repo=layout.repo,
     )
+
+
+def _install(args: argparse.Namespace) -> int:
+    from halo.paths import Layout, find_repo
+    from halo.pins.lockfile import load_lock
+    from halo.report import say
+    from halo.stack.prefix import install_prefix
+    from halo.stack.spec import spec_for
+
+    layout = Layout(find_repo())
+    spec = spec_for(args.set)
+    prefix = args.prefix.resolve()
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    inputs = host_inputs(layout, spec, load_lock(layout.lock(args.set)), prefix)
     start = time.monotonic()
     for line in install_prefix(inputs, args.fresh):
         say(f"halo stack install: {args.set}: {line}")
