@@ -21,6 +21,25 @@ from halo.store.store import Store
 
 DOCKERFILE = Path("images/builder/Dockerfile")
 REFUSED_LOG = "/tmp/halo-refused.log"  # inside the build container
+# The first-object probe: torch's cpp_extension compiles through $PYTORCH_NVCC, this script.
+# It compiles one object with the toolchain's nvcc, hands the object and its command line back
+# in /out, then fails the build on purpose; the Dockerfile lets a build end so only when that
+# record is there. Calls that compile nothing (nvcc --version) pass straight through.
+PROBE_RECORD, PROBE_OBJECT = "first-nvcc.txt", "first.o"
+_NVCC_ONCE = f"""#!/bin/sh
+nvcc="$CUDA_HOME/bin/nvcc"
+case " $* " in *" -c "*) ;; *) exec "$nvcc" "$@" ;; esac
+start=$(date +%s)
+"$nvcc" "$@"
+rc=$?
+end=$(date +%s)
+out="" prev=""
+for arg in "$@"; do [ "$prev" = "-o" ] && out="$arg"; prev="$arg"; done
+[ "$rc" -eq 0 ] && [ -n "$out" ] && [ -f "$out" ] && cp "$out" /out/{PROBE_OBJECT}
+printf 'rc=%s nvcc=%s seconds=%s\n%s\n' "$rc" "$nvcc" "$((end - start))" "$*" \
+  > /out/{PROBE_RECORD}
+exit 99
+"""
 
 
 def _sh_quote(value: str) -> str:
@@ -34,11 +53,17 @@ def stage_context(
     env: Mapping[str, str],
     store: Store,
     patches_dir: Path,
+    probe: bool = False,
 ) -> None:
     shutil.copytree(src, ctx / "src", symlinks=True)
     stage_wheels(ctx / "wheels", tc.requirements, store)
     stage_install_step(ctx / "install", patches_dir)
     (ctx / "env").mkdir()
+    if probe:
+        once = ctx / "env" / "nvcc-once"
+        once.write_text(_NVCC_ONCE)
+        once.chmod(0o755)
+        env = {**env, "PYTORCH_NVCC": "/tmp/halo-env/nvcc-once"}
     (ctx / "env" / "build.env").write_text(
         "".join(f"{k}={_sh_quote(v)}\n" for k, v in sorted(env.items()))
     )
@@ -57,8 +82,55 @@ def build_wheel(
     store: Store,
     label: str,
 ) -> Path:
+    out = _run_build(tc, src, subdirectory, env, parallel, work, repo, docker, store)
+    wheels = sorted(out.glob("*.whl"))
+    if len(wheels) != 1:
+        raise HaloError(
+            f"derivation {label}: expected one wheel from the build, got {[w.name for w in wheels]}"
+        )
+    return wheels[0]
+
+
+def first_object(
+    tc: Toolchain,
+    src: Path,
+    subdirectory: str,
+    env: Mapping[str, str],
+    parallel: Mapping[str, str],
+    work: Path,
+    repo: Path,
+    docker: Docker,
+    store: Store,
+    label: str,
+) -> tuple[str, Path]:
+    """(the probe's record, the object file): the build run up to its first nvcc object."""
+    out = _run_build(
+        tc, src, subdirectory, env, {**parallel, "MAX_JOBS": "1"}, work, repo, docker, store,
+        probe=True,
+    )  # fmt: skip
+    record, obj = out / PROBE_RECORD, out / PROBE_OBJECT
+    if not record.is_file():
+        raise HaloError(f"derivation {label}: the build finished without compiling with nvcc")
+    text = record.read_text()
+    if not text.startswith("rc=0 ") or not obj.is_file():
+        raise HaloError(f"derivation {label}: its first nvcc object failed: {text.splitlines()[0]}")
+    return text, obj
+
+
+def _run_build(
+    tc: Toolchain,
+    src: Path,
+    subdirectory: str,
+    env: Mapping[str, str],
+    parallel: Mapping[str, str],
+    work: Path,
+    repo: Path,
+    docker: Docker,
+    store: Store,
+    probe: bool = False,
+) -> Path:
     ctx, out = work / "ctx", work / "out"
-    stage_context(ctx, tc, src, env, store, repo / "patches")
+    stage_context(ctx, tc, src, env, store, repo / "patches", probe)
     docker.build(
         context=ctx,
         dockerfile=repo / DOCKERFILE,
@@ -73,9 +145,4 @@ def build_wheel(
         network="none",
         output=out,
     )
-    wheels = sorted(out.glob("*.whl"))
-    if len(wheels) != 1:
-        raise HaloError(
-            f"derivation {label}: expected one wheel from the build, got {[w.name for w in wheels]}"
-        )
-    return wheels[0]
+    return out

@@ -33,6 +33,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--only", action="append", default=[], metavar="SOURCE", help="only this source pin"
     )
+    p.add_argument(
+        "--first-object",
+        action="store_true",
+        help="compile each source only up to its first nvcc object, in the builder image, and "
+        "stop: a check of the sources, patches and toolchain before hours of compiling "
+        "(nothing is stored)",
+    )
+    p.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="with --first-object: a folder that receives each first object file",
+    )
     p.set_defaults(func=_kernels)
 
     p = isub.add_parser("plan", help="print what a build would do, without Docker")
@@ -145,12 +158,22 @@ def _kernels(args: argparse.Namespace) -> int:
     from halo.cache.config import configured_cache
     from halo.errors import HaloError
     from halo.images.catalog import load_catalog
-    from halo.images.derivations import derivation_hash, image_derivations, realise, realiser
+    from halo.images.derivations import (
+        derivation_hash,
+        first_object,
+        image_derivations,
+        realise,
+        realiser,
+    )
     from halo.images.plan import local_docker
     from halo.paths import find_repo, store_root
     from halo.report import table
     from halo.store.store import Store
 
+    if args.keep is not None and not args.first_object:
+        raise HaloError(
+            "--keep: only with --first-object (a full build keeps its wheel in the store)"
+        )
     repo = find_repo()
     catalog = load_catalog(repo)
     docker = local_docker()
@@ -164,6 +187,16 @@ def _kernels(args: argparse.Namespace) -> int:
         for drv in drvs:
             if args.only and drv.name not in args.only:
                 continue
+            if args.first_object:
+                f = first_object(drv, r, args.keep)
+                rows.append(
+                    (
+                        image.name, drv.name, f.hash[:12], " ".join(f.targets),
+                        Path(f.source).name, f"{f.compile_s:.0f}s", f"{f.seconds:.0f}s",
+                        f"{f.size} B",
+                    )
+                )  # fmt: skip
+                continue
             x = realise(drv, r)
             when = f"{x.seconds:.0f}s" if x.built else "-"
             rows.append(
@@ -176,6 +209,13 @@ def _kernels(args: argparse.Namespace) -> int:
                     x.wheel.name,
                 )
             )
+    if args.first_object:
+        head = ("image", "source", "derivation", "targets", "first object", "nvcc", "total", "size")
+        print(table(head, rows))
+        print(
+            "first objects only: nothing stored; `halo image plan NAME` says what a full build takes"
+        )
+        return 0
     print(table(("image", "source", "derivation", "from", "compile", "wheel"), rows))
     return 0
 

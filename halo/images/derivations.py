@@ -19,11 +19,12 @@ must be made here and carry its recipe hash), or natively in a network-less name
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -231,20 +232,19 @@ def realise(drv: Derivation, r: Realiser) -> Realised:
     return _build(drv, inputs, drv_hash, r)
 
 
-def _build(drv: Derivation, inputs: dict[str, object], drv_hash: str, r: Realiser) -> Realised:
+@contextlib.contextmanager
+def _staged(drv: Derivation, r: Realiser) -> Iterator[tuple[Path, Path, dict[str, str]]]:
+    """(work folder, patched source tree, parallelism) of one build: what a build and the
+    first-object probe both start from. The docker builder's base is checked before anything
+    is fetched."""
     tc = drv.toolchain
-    if tc.kind == "docker":  # before fetching anything: the base the hash names must be here
+    if tc.kind == "docker":
         if r.docker is None:
             raise HaloError(f"derivation {drv.name}: the docker builder needs a Docker engine")
         _require_builder_base(tc, r.docker, drv.name)
     tree = source_tree(drv.pin, r.store, r.workdir, r.substitutes, r.download)
     parallel = parallelism()
-    say(
-        f"derivation {drv.name}: compiling {drv_hash[:12]} ({tc.kind}, network none, "
-        f"MAX_JOBS={parallel['MAX_JOBS']}, NVCC_THREADS={parallel['NVCC_THREADS']})"
-    )
     r.workdir.mkdir(parents=True, exist_ok=True)
-    start = time.monotonic()
     with tempfile.TemporaryDirectory(dir=r.workdir, prefix=f"drv-{drv.name}-") as tmp:
         work = Path(tmp)
         src = work / "src"
@@ -254,6 +254,17 @@ def _build(drv: Derivation, inputs: dict[str, object], drv_hash: str, r: Realise
         )
         for res in applied:
             say(f"  source patch {res.name}: {res.state}")
+        yield work, src, parallel
+
+
+def _build(drv: Derivation, inputs: dict[str, object], drv_hash: str, r: Realiser) -> Realised:
+    tc = drv.toolchain
+    start = time.monotonic()
+    with _staged(drv, r) as (work, src, parallel):
+        say(
+            f"derivation {drv.name}: compiling {drv_hash[:12]} ({tc.kind}, network none, "
+            f"MAX_JOBS={parallel['MAX_JOBS']}, NVCC_THREADS={parallel['NVCC_THREADS']})"
+        )
         env = {**dict(drv.env), **parallel}
         if tc.kind == "native":
             from halo.builder import native
@@ -266,7 +277,7 @@ def _build(drv: Derivation, inputs: dict[str, object], drv_hash: str, r: Realise
         else:
             from halo.builder import docker as docker_build
 
-            assert r.docker is not None  # checked above
+            assert r.docker is not None  # checked by _staged
             wheel = docker_build.build_wheel(
                 tc, src, drv.pin.subdirectory, dict(drv.env), parallel, work, r.repo,
                 r.docker, r.store, drv.name,
@@ -292,6 +303,70 @@ def _build(drv: Derivation, inputs: dict[str, object], drv_hash: str, r: Realise
     return Realised(
         drv.name, drv_hash, _named(r.store, sha, wheel.name, r.workdir), sha, "built", seconds
     )
+
+
+@dataclass(frozen=True)
+class FirstObject:
+    """What the first-object probe saw: the build's first nvcc object, compiled and kept."""
+
+    name: str
+    hash: str
+    nvcc: str  # the compiler that ran (the toolchain's, never a downloaded one)
+    command: str  # nvcc's arguments
+    targets: tuple[str, ...]  # every -gencode/-arch it compiled for
+    size: int  # bytes of the object
+    compile_s: float  # the nvcc call alone
+    seconds: float  # the whole probe: the builder's toolchain install, setup.py, the object
+
+    @property
+    def source(self) -> str:
+        """The translation unit nvcc compiled (the build's first .cu)."""
+        return next((w for w in self.command.split() if w.endswith(".cu")), "?")
+
+
+def first_object(drv: Derivation, r: Realiser, keep: Path | None = None) -> FirstObject:
+    """Run the derivation's build in the builder image up to its first nvcc object, then stop:
+    a check of the source, its patches and the toolchain before the hours of a full compile.
+    Nothing enters the store; ``keep`` is a folder that receives the object file."""
+    if drv.toolchain.kind != "docker":
+        raise HaloError(
+            f"derivation {drv.name}: the first-object probe runs in the builder image "
+            "(HALO_BUILDER=docker, the default)"
+        )
+    from halo.builder import docker as docker_build
+
+    start = time.monotonic()
+    with _staged(drv, r) as (work, src, parallel):
+        say(f"derivation {drv.name}: compiling up to its first nvcc object (docker, network none)")
+        assert r.docker is not None  # checked by _staged
+        text, obj = docker_build.first_object(
+            drv.toolchain, src, drv.pin.subdirectory, dict(drv.env), parallel, work, r.repo,
+            r.docker, r.store, drv.name,
+        )  # fmt: skip
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(obj, keep / f"{drv.name}-first.o")
+        size = obj.stat().st_size
+    head, command = [*text.splitlines(), ""][:2]
+    fields = dict(part.split("=", 1) for part in head.split() if "=" in part)
+    return FirstObject(
+        name=drv.name,
+        hash=derivation_hash(drv, r.repo),
+        nvcc=fields.get("nvcc", "?"),
+        command=command,
+        targets=tuple(sorted(nvcc_targets(command))),
+        size=size,
+        compile_s=float(fields.get("seconds", "0")),
+        seconds=time.monotonic() - start,
+    )
+
+
+def nvcc_targets(command: str) -> set[str]:
+    """Every target an nvcc command line names: ``-gencode X``, ``-gencode=X``, ``-arch=sm_XX``."""
+    words = command.split()
+    found = {words[i + 1] for i, w in enumerate(words[:-1]) if w in ("-gencode", "-arch")}
+    found |= {w.split("=", 1)[1] for w in words if w.startswith(("-gencode=", "-arch="))}
+    return found
 
 
 def _keep_log(log: Path, folder: Path | None, name: str) -> None:

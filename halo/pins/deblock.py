@@ -266,3 +266,9 @@ def check_deb_lock(lock: DebLock, where: str, wanted: DebInputs | None = None) -
             f"+{','.join(sorted(wanted.packages))}; run `halo pins lock --os {wanted.base}`)"
         )
     return out
+
+
+def cpython_of(lock: DebLock) -> str | None:
+    """The CPython (``3.11``) a base's OS lock ships: its ``python3.X`` package, or None."""
+    found = sorted(m.group(1) for d in lock.debs if (m := re.fullmatch(r"python(3\.\d+)", d.name)))
+    return found[-1] if found else None

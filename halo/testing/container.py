@@ -27,6 +27,7 @@ from halo.paths import find_repo, scratch_root
 WORKSPACE = "/workspace"
 SCRATCH = "/scratch"
 SCRATCH_DIRS = ("home", "hf", "tmp", "data")
+USER_DIRS = ("home", "tmp", "data", "reports")  # what a run writes to: the user's under --user
 GPU_SHM = "16g"
 CPU_SHM = "2g"
 # How NCCL leaves the node. No fabric: plain TCP sockets, NCCL's IB transport off. EFA: the
@@ -162,9 +163,20 @@ def built_image_ref(name: str) -> str:
     return ref
 
 
-def prepare_scratch(scratch: Path) -> None:
+def prepare_scratch(scratch: Path, user: str | None = None) -> None:
+    """Scratch's folders; under `--user` (as Enroot and Apptainer run an image, as the caller)
+    the ones a run writes to are handed to that user, so that what it writes is its own. The
+    Hugging Face cache stays the host's: seeded here, only read in there."""
     for sub in SCRATCH_DIRS:
         (scratch / sub).mkdir(parents=True, exist_ok=True)
+    if user is None or os.geteuid() != 0:
+        return
+    from halo.testing.ownership import parse_user
+
+    uid, gid = parse_user(user)
+    for sub in USER_DIRS:
+        (scratch / sub).mkdir(parents=True, exist_ok=True)
+        os.chown(scratch / sub, uid, -1 if gid is None else gid)
 
 
 def command_line(spec: RunSpec) -> str:
@@ -176,7 +188,7 @@ def command_line(spec: RunSpec) -> str:
 def run_spec(spec: RunSpec) -> int:
     repo = find_repo()
     scratch = scratch_root()
-    prepare_scratch(scratch)
+    prepare_scratch(scratch, spec.user)
     docker = Docker.discover()
     return docker.run(docker_run_args(spec, repo, scratch)).returncode
 

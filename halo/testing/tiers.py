@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,6 +119,22 @@ def run_tier(
     return rc
 
 
+def _owned_by(user: str, scratch: Path, since_ns: int, tier_name: str) -> None:
+    """Under `--user`, everything the tier wrote belongs to that user (one line if not)."""
+    from halo.testing.container import USER_DIRS
+    from halo.testing.ownership import foreign_writes, parse_user
+
+    uid, gid = parse_user(user)
+    found = [p for sub in USER_DIRS for p in foreign_writes(scratch / sub, since_ns, uid, gid)]
+    if found:
+        st = found[0].lstat()
+        raise HaloError(
+            f"tier {tier_name}: {len(found)} paths written under scratch are not {user}'s, "
+            f"e.g. {found[0]} ({st.st_uid}:{st.st_gid})"
+        )
+    print(f"tier {tier_name}: everything it wrote under scratch is {user}'s")
+
+
 def in_container(path: Path, scratch: Path) -> str:
     """``path`` under scratch as a tier's container sees it (scratch is mounted at /scratch)."""
     try:
@@ -185,8 +202,11 @@ def _run_pytest(
             read_only=place.read_only,
             user=place.user,
         )
+        since = time.time_ns()
         rc = run_spec(spec)
         where = image_ref
+        if place.user is not None and rc == 0:
+            _owned_by(place.user, scratch, since, t.name)
     if kind and who is not None:
         ready = started.ready_s if started else None
         print(

