@@ -196,3 +196,31 @@ def test_halo_cpu_sqsh_holds_the_image_and_trains_in_a_chroot(
     assert proc.returncode == 0, log
     assert "step 3/3" in log and "checkpoint: writing r1_epoch_0_step_3 (final)" in log, log
     assert (out / "ck" / "tiny-sft" / "r1_epoch_0_step_3" / "meta.json").exists()
+
+
+def test_halo_cpu_exports_the_same_bytes_twice_as_sqsh_and_sif(
+    docker: Docker, cpu_sqsh: tuple[str, Path], tmp_path: Path
+) -> None:
+    """The real image byte for byte (GBs, hard links, docker create's mount points, files of
+    every age): a second sqsh equals the first, two SIFs equal each other, and the SIF's
+    partition holds the image's own build.json and Apptainer's conventions."""
+    image_id, first = cpu_sqsh
+    again = export(image_id, "sqsh", tmp_path / "again.sqsh")
+    assert sha(again) == sha(first)
+    again.unlink()  # GBs: one export on disk at a time
+    a = export(image_id, "sif", tmp_path / "a.sif")
+    b = export(image_id, "sif", tmp_path / "b.sif")
+    assert sha(a) == sha(b)
+    b.unlink()
+    part = sif_partition(a, tmp_path / "part.sqsh")
+    a.unlink()
+    inside = docker.run(["--rm", "--network", "none", image_id, "cat", "/etc/halo/build.json"],
+                        True).stdout  # fmt: skip
+    for name, want in (
+        ("etc/halo/build.json", inside.encode()),
+        (".singularity.d/runscript", None),
+        (".singularity.d/env/10-docker2singularity.sh", None),
+    ):
+        got = subprocess.run(["unsquashfs", "-cat", str(part), name], capture_output=True)
+        assert got.returncode == 0, (name, got.stderr)
+        assert want is None or got.stdout == want, name
