@@ -76,11 +76,12 @@ def run_trl(config: Path, out: Path) -> None:
     from trl import SFTConfig, SFTTrainer
 
     from halo.train import config as config_mod
-    from halo.train import data, formats, setup
+    from halo.train import data, formats
     from halo.train import model as hf
+    from halo.train import tokenizer as tk
 
     cfg = config_mod.load(config, "sft")
-    tok = setup.load_tokenizer(cfg)
+    tok = tk.for_config(cfg)
     model = hf.build(cfg.model, hf.hf_config(cfg.model, tok), "sdpa", cfg.training.seed)
     chats = data.load(
         cfg.data, cfg.training.seed, lambda r, f, s, w: formats.chat(r, f, w, {}, {})

@@ -203,15 +203,7 @@ def launch(args: argparse.Namespace) -> int:
         print("# resolved config")
         print(config.dump_yaml(cfg), end="")
         print("# first example of each data source")
-        try:
-            lines = _describe(spec.module, cfg)
-        except ModuleNotFoundError as exc:
-            if exc.name != "torch":
-                raise
-            # A login node without the training stack: everything above holds; the methods'
-            # data readers are torch's, so the loss-mask view waits for a node that has it.
-            lines = ["(not shown: the loss-mask view needs the Python package 'torch' here)"]
-        for line in lines:
+        for line in _describe(spec.view or spec.module, cfg):
             print(line)
         return 0
     pf.failures(checks)
@@ -233,11 +225,23 @@ def launch(args: argparse.Namespace) -> int:
 
 
 def _describe(module: str, cfg: object) -> list[str]:
-    """The method's view of each source's first example (rendered, loss mask in [[...]])."""
-    from halo.train import setup
+    """The method's view of each source's first example (rendered, loss mask in [[...]]).
 
-    tok = setup.load_tokenizer(cfg)  # type: ignore[arg-type]
-    return list(importlib.import_module(module).describe(cfg, tok))
+    It needs the tokenizer libraries, not torch (the view modules import none): a login node
+    that lacks one is told which in one line, and everything else of the dry run holds.
+    """
+    from halo.train import tokenizer
+
+    missing = tokenizer.missing_library()
+    if missing is None:
+        try:
+            tok = tokenizer.for_config(cfg)  # type: ignore[arg-type]
+            return list(importlib.import_module(module).describe(cfg, tok))
+        except ModuleNotFoundError as exc:
+            missing = (exc.name or "").split(".")[0]
+            if missing in ("", "halo"):
+                raise  # a bug in halo itself: its traceback is what fixes it
+    return [f"(not shown: the loss-mask view needs the Python package '{missing}' here)"]
 
 
 def preflight(args: argparse.Namespace) -> int:

@@ -1,90 +1,25 @@
-"""Data files in, examples out; the batch order as a pure function of (seed, epoch, step).
+"""The training set and its batches; the batch order as a pure function of (seed, epoch, step).
 
-Files are JSONL or Parquet; several sources are concatenated or interleaved by probability;
-an eval set is a file of its own or a held-out fraction. Every process computes the same
+Examples come from halo.train.examples (no torch there); here several sources are
+concatenated or interleaved by probability, an eval set is a file of its own or a held-out
+fraction, and sequences become tensors, padded or packed. Every process computes the same
 global batch and takes its contiguous share, so one process and N processes see exactly the
 same global batches (the loss is normalised globally).
 """
 
 from __future__ import annotations
 
-import json
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import torch
 
-from halo import schema
 from halo.errors import HaloError
-from halo.train import formats
-from halo.train.config import Data, Source
+from halo.train.config import Data
+from halo.train.examples import Parse, Sequence, source_examples
 
 T = TypeVar("T")
-# (row, format, source, "file:line") -> one example
-Parse = Callable[[dict[str, Any], str, Source, str], T]
-
-
-@dataclass(frozen=True)
-class Row:
-    data: dict[str, Any]
-    where: str  # "file:line" or "file: row N", for error messages
-
-
-def read_rows(path: Path) -> list[Row]:
-    """Rows of a JSONL or Parquet file; a bad line or non-UTF-8 byte is one error line."""
-    if path.suffix == ".parquet":
-        return _read_parquet(path)
-    rows = []
-    for n, line in enumerate(schema.read_text(path).splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise HaloError(f"{path}:{n}: not valid JSON ({exc})") from None
-        if not isinstance(row, dict):
-            raise HaloError(f"{path}:{n}: expected a JSON object per line")
-        rows.append(Row(row, f"{path}:{n}"))
-    if not rows:
-        raise HaloError(f"{path}: no examples")
-    return rows
-
-
-def _read_parquet(path: Path) -> list[Row]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path)
-    except (OSError, pa.ArrowException) as exc:
-        raise HaloError(f"{path}: not a readable Parquet file ({exc})") from None
-    rows = [Row(r, f"{path}: row {n}") for n, r in enumerate(table.to_pylist(), 1)]
-    if not rows:
-        raise HaloError(f"{path}: no examples")
-    return rows
-
-
-def _format(src: Source, row: Row) -> str:
-    if src.format != "auto":
-        return src.format
-    try:
-        return formats.detect(row.data, src.columns)
-    except HaloError as exc:
-        raise HaloError(f"{row.where}: {exc.message}") from None
-
-
-def source_examples(src: Source, parse: Parse[T], limit: int | None = None) -> list[T]:
-    """Every row of one source (or the first ``limit``) through ``parse``."""
-    rows = read_rows(src.path)[:limit]
-    return [parse(row.data, _format(src, row), src, row.where) for row in rows]
-
-
-def first_examples(data: Data, parse: Parse[T]) -> list[tuple[Source, T]]:
-    """The first example of each training source: what the log and --dry-run show."""
-    return [(s, source_examples(s, parse, limit=1)[0]) for s in data.sources()]
 
 
 def interleave(sources: list[list[T]], probs: list[float], seed: int) -> list[T]:
@@ -114,20 +49,6 @@ def load(data: Data, seed: int, parse: Parse[T]) -> tuple[list[T], list[T]]:
         evals = [x for i, x in enumerate(train) if i in held]
         train = [x for i, x in enumerate(train) if i not in held]
     return train, evals
-
-
-@dataclass(frozen=True)
-class Sequence:
-    """One training sequence: inputs and next-token targets, and a weight per target."""
-
-    input_ids: list[int]
-    targets: list[int]
-    weights: list[float]
-
-
-def shift(ids: list[int], train: list[bool]) -> Sequence:
-    """Predict token t+1 from tokens <= t; the target's own mask says whether it is trained on."""
-    return Sequence(ids[:-1], ids[1:], [1.0 if t else 0.0 for t in train[1:]])
 
 
 def pad(seqs: list[Sequence], pad_id: int) -> dict[str, torch.Tensor]:

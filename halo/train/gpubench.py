@@ -136,7 +136,7 @@ def _timed(fn: Any, steps: int, warmup: int, device: str) -> float:
 def _items(seq_len: int, batch: int, vocab: int, seed: int) -> list[Any]:
     import torch
 
-    from halo.train.data import Sequence
+    from halo.train.examples import Sequence
 
     g = torch.Generator().manual_seed(seed)
     rows = torch.randint(3, vocab, (batch, seq_len + 1), generator=g).tolist()
@@ -148,6 +148,7 @@ def _trainer(conf: dict[str, Any], max_seq: int, batch: int, device: str) -> Any
     import torch
 
     from halo.train import config, distributed, setup
+    from halo.train import tokenizer as tk
     from halo.train.methods import sft
 
     overrides = [
@@ -160,7 +161,7 @@ def _trainer(conf: dict[str, Any], max_seq: int, batch: int, device: str) -> Any
     ]
     cfg = config.load(REPO / "examples" / "bench" / "config.yaml", "sft", overrides)
     ctx = distributed.Context(0, 1, 0, torch.device(device))
-    tok = setup.load_tokenizer(cfg)
+    tok = tk.for_config(cfg)
     method = sft.build(cfg, tok)
     return setup.setup(cfg, method, tok, ctx, total_steps=10_000)
 

@@ -400,13 +400,14 @@ def build_trainer(
     """A one-process Trainer on ``device`` from a config file and its first global batch."""
     from halo.train import config as config_mod
     from halo.train import distributed, registry, setup
+    from halo.train import tokenizer as tk
     from halo.train.data import Schedule
 
     spec = registry.default().get(method_name)
     cfg = config_mod.load(config, spec.name, overrides)
     dev = torch.device(device)
     ctx = distributed.Context(0, 1, 0, dev)
-    tok = setup.load_tokenizer(cfg)
+    tok = tk.for_config(cfg)
     method = importlib.import_module(spec.module).build(cfg, tok)
     t = cfg.training
     sched = Schedule(len(method.items), t.global_batch_size, t.seed, t.epochs, t.max_steps)

@@ -1,7 +1,9 @@
 """Training methods by name. Names may nest (`preference/dpo`); each maps to a module.
 
-A method module exposes ``build(cfg, tokenizer) -> halo.train.loop.Method``. Modules are
-imported only when the method runs, so listing methods needs no torch.
+A method module exposes ``build(cfg, tokenizer) -> halo.train.loop.Method``; its view module
+``describe(cfg, tokenizer) -> list[str]``, the loss mask of each source's first example that
+`halo launch --dry-run` prints, importable without torch (a login node has only the tokenizer
+libraries). Modules are imported only when used, so listing methods needs no torch.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ class MethodSpec:
     summary: str
     # A launcher the method needs regardless of --nproc (None: chosen by --nproc and config).
     launcher: str | None = None
+    # The module with describe(cfg, tok), which imports no torch (None: ``module`` itself).
+    view: str | None = None
 
 
 @dataclass(frozen=True)
@@ -55,21 +59,25 @@ def default() -> Registry:
                 "sft",
                 "halo.train.methods.sft",
                 "causal-LM fine-tuning on chat data, loss on assistant tokens",
+                view="halo.train.methods.sft_data",
             ),
             MethodSpec(
                 "offline-grpo",
                 "halo.train.methods.grpo",
                 "group-relative advantages over pre-generated, rewarded completions",
+                view="halo.train.methods.grpo_data",
             ),
             MethodSpec(
                 "online-grpo",
                 "halo.train.methods.online_grpo",
                 "GRPO on groups sampled live from a rollout server, weights pushed back",
+                view="halo.train.methods.online_grpo_data",
             ),
             MethodSpec(
                 "preference/dpo",
                 "halo.train.methods.dpo",
                 "direct preference optimisation on chosen/rejected pairs",
+                view="halo.train.methods.dpo_data",
             ),
         )
     )

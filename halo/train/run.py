@@ -91,9 +91,10 @@ def _job_lock(cfg: Any, ctx: Any) -> Iterator[None]:
 
 
 def _train(cfg: Any, module_name: str, ctx: Any, stop: StopFlag) -> None:
-    from halo.train import checkpoint, loop, setup
+    from halo.train import checkpoint, loop
+    from halo.train import tokenizer as tk
 
-    tok = setup.load_tokenizer(cfg)
+    tok = tk.for_config(cfg)
     module = importlib.import_module(module_name)
     method = module.build(cfg, tok)
     hook = checkpoint.test_hook_sleep(os.environ.get(checkpoint.TEST_HOOK_SLEEP_ENV))

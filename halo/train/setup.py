@@ -1,4 +1,6 @@
-"""From a validated config to a ready Trainer: tokenizer, attention, models, optimizer.
+"""From a validated config to a ready Trainer: attention, models, optimizer.
+
+The tokenizer comes first, from halo.train.tokenizer.for_config (no torch there).
 
 One process or DDP: the model is built once on the CPU, the reference (when the method
 needs one) is a frozen copy. FSDP: rank 0 alone builds the full model; every rank builds
@@ -21,12 +23,6 @@ from halo.train import model as hf
 from halo.train import tokenizer as tk
 from halo.train.config import Config
 from halo.train.state import Method, Trainer
-
-
-def load_tokenizer(cfg: Config) -> tk.ChatTokenizer:
-    source = cfg.model.tokenizer or cfg.model.name_or_path
-    assert source is not None  # the config requires one of them
-    return tk.load(source, cfg.model.chat_template)
 
 
 def log(ctx: distributed.Context, msg: str) -> None:

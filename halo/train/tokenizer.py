@@ -9,13 +9,17 @@ assistant turn adds, found by rendering the conversation up to and including tha
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from halo.errors import HaloError
+from halo.train.config import Config
 
 Message = dict[str, Any]
+# What rendering and tokenizing need (and torch not): the loss-mask view runs where these are.
+LIBRARIES = ("transformers", "tokenizers", "jinja2")
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,18 @@ class ChatTokenizer:
 def mask_note(what: str, shown: str) -> str:
     """One line for the log and --dry-run: a rendered example with its trained-on spans."""
     return f"{what} example 1 (trained-on text in [[...]]): {shown!r}"
+
+
+def missing_library() -> str | None:
+    """The first of LIBRARIES this Python cannot import, or None."""
+    return next((name for name in LIBRARIES if importlib.util.find_spec(name) is None), None)
+
+
+def for_config(cfg: Config) -> ChatTokenizer:
+    """The run's tokenizer: model.tokenizer, else the model's own, with model.chat_template."""
+    source = cfg.model.tokenizer or cfg.model.name_or_path
+    assert source is not None  # the config requires one of them
+    return load(source, cfg.model.chat_template)
 
 
 def load(source: str, chat_template: Path | None = None) -> ChatTokenizer:

@@ -69,6 +69,28 @@ def run_halo(*args: str, timeout: float = 300, **env: str) -> subprocess.Complet
     )
 
 
+def run_halo_without(
+    modules: list[str], *args: str, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """`halo ARGS` with ``modules`` unimportable (``sys.modules[name] = None``), as on a host
+    that lacks them: a login node has halo and the tokenizer libraries, and no torch."""
+    code = (
+        "import sys\n"
+        f"for name in {modules!r}:\n"
+        "    sys.modules[name] = None\n"
+        "from halo.cli import main\n"
+        f"raise SystemExit(main({list(args)!r}))\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=halo_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
+
+
 def outputs(tmp: Path) -> list[str]:
     """Overrides that send a run's checkpoints and logs under ``tmp``."""
     return [f"--runtime.paths.checkpoints={tmp / 'ck'}", f"--runtime.paths.logs={tmp / 'logs'}"]

@@ -121,11 +121,12 @@ def test_a_non_finite_loss_stops_with_exit_1_before_any_save_or_prune(
 
 def test_a_checkpoint_of_non_finite_weights_is_never_written(tmp_path: Path) -> None:
     from halo.train import config, distributed, saving, setup
+    from halo.train import tokenizer as tk
     from halo.train.methods import sft
     from halo.train.state import DivergedError
 
     cfg = config.load(SFT, "sft", outputs(tmp_path))
-    tok = setup.load_tokenizer(cfg)
+    tok = tk.for_config(cfg)
     tr = setup.setup(
         cfg, sft.build(cfg, tok), tok, distributed.Context(0, 1, 0, torch.device("cpu")), 4
     )

@@ -19,7 +19,7 @@ import torch
 
 from halo.train import formats
 from halo.train.config import Config, Dpo, Grpo
-from halo.train.methods import dpo, grpo, sft
+from halo.train.methods import dpo, dpo_data, grpo, grpo_data, sft, sft_data
 
 pytestmark = pytest.mark.cpu
 
@@ -75,7 +75,7 @@ def chat(user: str, answer: str) -> list[dict[str, str]]:
 def test_sft_loss_is_the_mean_nll_of_the_assistant_tokens(tokenizer: Any) -> None:
     examples = [("What is 2 + 3?", "2 + 3 = 5."), ("What is 7 + 1?", "7 + 1 = 8.")]
     chats = [formats.Chat(chat(u, a)) for u, a in examples]
-    seqs, dropped = sft.encode(chats, tokenizer, max_len=128)
+    seqs, dropped = sft_data.encode(chats, tokenizer, max_len=128)
     assert dropped == 0
     model = BigramModel(tokenizer.vocab_size, seed=1)
 
@@ -125,7 +125,7 @@ def test_dpo_loss_is_the_sigmoid_loss_of_the_paper(tokenizer: Any) -> None:
         (formats.pair({"prompt": p, "chosen": c, "rejected": r}, f"row {i}"), f"row {i}")
         for i, (p, c, r) in enumerate(PAIRS)
     ]
-    pairs, dropped = dpo.encode(rows, tokenizer, max_len=128)
+    pairs, dropped = dpo_data.encode(rows, tokenizer, max_len=128)
     assert dropped == 0
     policy, ref = BigramModel(tokenizer.vocab_size, 2), BigramModel(tokenizer.vocab_size, 3)
 
@@ -160,7 +160,7 @@ def grpo_setup(tok: Any, g: Grpo) -> tuple[dict[str, torch.Tensor], Any, Any, An
         },
         "row 1",
     )
-    groups, dropped = grpo.encode_all([(row, "row 1")], tok, 128)
+    groups, dropped = grpo_data.encode_all([(row, "row 1")], tok, 128)
     assert dropped == 0
     (scored,) = grpo.make_shard(g)(groups, 0, 1)
     return grpo.collate([scored], tok.pad_id), *grpo.make(g)

@@ -13,7 +13,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,7 +21,16 @@ import pytest
 from halo.errors import HaloError
 from halo.train import config, launcher, slurm, supervise
 
-from .conftest import EXAMPLES, REPO, halo_cmd, halo_env, metrics, outputs, run_halo
+from .conftest import (
+    EXAMPLES,
+    REPO,
+    halo_cmd,
+    halo_env,
+    metrics,
+    outputs,
+    run_halo,
+    run_halo_without,
+)
 
 pytestmark = pytest.mark.cpu
 
@@ -413,16 +421,10 @@ Root Cause (first observed failure):
 
 def test_slurm_dry_run_and_the_batch_rule_need_no_torch(tmp_path: Path) -> None:
     # A login node: halo and its base dependencies, no training stack.
-    code = (
-        "import sys; sys.modules['torch'] = None\n"
-        "from halo.cli import main\n"
-        f"raise SystemExit(main(['launch', 'sft', {str(SFT)!r}, '--slurm', '--nodes', '2',"
-        f" '--dry-run', '--', '--runtime.paths.checkpoints={tmp_path}/ck',"
-        f" '--runtime.paths.logs={tmp_path}/logs']))\n"
-    )
-    r = subprocess.run(
-        [sys.executable, "-c", code], env=halo_env(), capture_output=True, text=True, check=False
-    )
+    r = run_halo_without(
+        ["torch"], "launch", "sft", str(SFT), "--slurm", "--nodes", "2", "--dry-run", "--",
+        f"--runtime.paths.checkpoints={tmp_path}/ck", f"--runtime.paths.logs={tmp_path}/logs",
+    )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("#!/bin/bash\n") and "srun --nodes=2" in r.stdout
     assert list(tmp_path.iterdir()) == []
@@ -446,14 +448,6 @@ def test_a_login_node_needs_no_torch(argv: list[str], tmp_path: Path) -> None:
     for name in ("sft", "tokenizer"):
         shutil.copytree(EXAMPLES / name, tmp_path / "examples" / name)
     config = str(tmp_path / "examples" / "sft" / "config.yaml")
-    full = [argv[0], *argv[1:2], config, *argv[2:]]
-    code = (
-        "import sys; sys.modules['torch'] = None\n"
-        "from halo.cli import main\n"
-        f"raise SystemExit(main({full!r}))\n"
-    )
-    r = subprocess.run(
-        [sys.executable, "-c", code], env=halo_env(), capture_output=True, text=True, check=False
-    )
+    r = run_halo_without(["torch"], argv[0], *argv[1:2], config, *argv[2:])
     assert r.returncode == 0, r.stdout + r.stderr
     assert "torch" not in r.stderr, r.stderr

@@ -210,7 +210,7 @@ def _answer_probs(model: torch.nn.Module, tok: object, rows: list[dict]) -> list
     """Per group: the rewarded completion's share of the probability of all completions."""
     from halo.train import formats
     from halo.train.data import pad
-    from halo.train.methods.grpo import encode_group
+    from halo.train.methods.grpo_data import encode_group
     from halo.train.model import batch_logprobs
 
     out = []
@@ -228,8 +228,9 @@ def _answer_probs(model: torch.nn.Module, tok: object, rows: list[dict]) -> list
 def test_offline_grpo_raises_the_rewarded_answers_probability(tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
-    from halo.train import config, setup
+    from halo.train import config
     from halo.train import model as hf
+    from halo.train import tokenizer as tk
 
     cfg_path = EXAMPLES / "grpo" / "config.yaml"
     rc, out = train_here("offline-grpo", cfg_path, tmp_path)
@@ -237,7 +238,7 @@ def test_offline_grpo_raises_the_rewarded_answers_probability(tmp_path: Path) ->
     assert "old policy current, clip 0.2, kl_coef 0.01, scale_rewards group, loss_type token" in out
     rows = [json.loads(x) for x in (EXAMPLES / "grpo" / "train.jsonl").read_text().splitlines()]
     cfg = config.load(cfg_path, "offline-grpo")
-    tok = setup.load_tokenizer(cfg)
+    tok = tk.for_config(cfg)
     start = hf.build(cfg.model, hf.hf_config(cfg.model, tok), "sdpa", cfg.training.seed).eval()
     found = checkpoint.latest(tmp_path / "ck" / "tiny-grpo")
     assert found is not None
@@ -272,8 +273,9 @@ def test_families_train_and_export_to_identical_logits(
 ) -> None:
     from transformers import AutoModelForCausalLM
 
-    from halo.train import config, export, setup
+    from halo.train import config, export
     from halo.train import model as hf
+    from halo.train import tokenizer as tk
 
     cfg_path = EXAMPLES / example / "config.yaml"
     extra = [model_override(family), "--training.max_steps=2", "--checkpoint.every_steps=0"]
@@ -287,7 +289,7 @@ def test_families_train_and_export_to_identical_logits(
     assert loaded.config.model_type == family
     # The trainer's own model, built from the YAML and given the checkpoint's weights.
     cfg = config.load(cfg_path, method, [model_override(family)])
-    tok = setup.load_tokenizer(cfg)
+    tok = tk.for_config(cfg)
     mine = hf.build(cfg.model, hf.hf_config(cfg.model, tok), "sdpa", 0)
     missing, unexpected = mine.load_state_dict(checkpoint.load_weights(found.path), strict=False)
     assert not unexpected and set(missing) <= {"lm_head.weight"}

@@ -12,7 +12,17 @@ import pytest
 import torch
 
 from halo.errors import HaloError
-from halo.train import attention, config, data, export, formats, hfcache, launcher, registry
+from halo.train import (
+    attention,
+    config,
+    data,
+    examples,
+    export,
+    formats,
+    hfcache,
+    launcher,
+    registry,
+)
 from halo.train.data import Schedule
 
 from .conftest import EXAMPLES, TINY, TOKENIZER
@@ -165,8 +175,8 @@ def test_packed_rows_give_each_example_its_own_attention(tokenizer: Any) -> None
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(conf, attn_implementation="sdpa").eval()
     seqs = [
-        data.Sequence([5, 6, 7], [6, 7, 8], [1, 1, 1]),
-        data.Sequence([9, 10], [10, 11], [1, 1]),
+        examples.Sequence([5, 6, 7], [6, 7, 8], [1, 1, 1]),
+        examples.Sequence([9, 10], [10, 11], [1, 1]),
     ]
     with torch.no_grad():
         packed = logits(model, data.pack(seqs))[0]
@@ -204,11 +214,13 @@ def test_parquet_and_jsonl_read_the_same_rows(tmp_path: Path) -> None:
     rows = [{"prompt": "Q1", "completion": "A1"}, {"prompt": "Q2", "completion": "A2"}]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "d.parquet")
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    got = [[r.data for r in data.read_rows(tmp_path / f"d.{ext}")] for ext in ("parquet", "jsonl")]
+    got = [
+        [r.data for r in examples.read_rows(tmp_path / f"d.{ext}")] for ext in ("parquet", "jsonl")
+    ]
     assert got[0] == got[1] == rows
     (tmp_path / "bad.parquet").write_bytes(b"not parquet")
     with pytest.raises(HaloError, match="not a readable Parquet file"):
-        data.read_rows(tmp_path / "bad.parquet")
+        examples.read_rows(tmp_path / "bad.parquet")
 
 
 def test_tokenizer_is_rebuilt_identically_from_the_shipped_data(tmp_path: Path) -> None:
@@ -337,12 +349,13 @@ def test_grpo_policy_update_is_reusable_on_rollouts_and_exports_for_serving(tmp_
     from transformers import AutoModelForCausalLM
 
     from halo.train import distributed, saving, setup
+    from halo.train import tokenizer as tk
     from halo.train.methods import grpo
 
     cfg = config.load(EXAMPLES / "grpo" / "config.yaml", "offline-grpo", [
         f"--runtime.paths.checkpoints={tmp_path / 'ck'}", "--model.activation_checkpointing=true",
     ])  # fmt: skip
-    tok = setup.load_tokenizer(cfg)
+    tok = tk.for_config(cfg)
     method = grpo.method(cfg, tok, items=[])
     tr = setup.setup(cfg, method, tok, distributed.Context(0, 1, 0, torch.device("cpu")), 10)
     assert tr.model.is_gradient_checkpointing

@@ -251,7 +251,7 @@ def test_transformers_attention_matches_sdpa_including_packed_rows() -> None:
     torch = _torch()
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from halo.train import attention, data
+    from halo.train import attention, data, examples
     from halo.train.model import ATTN_IMPLEMENTATION, logits
 
     choice = attention.select(
@@ -270,8 +270,8 @@ def test_transformers_attention_matches_sdpa_including_packed_rows() -> None:
     )
     fast.load_state_dict(ref.state_dict())
     ref, fast = ref.cuda().eval(), fast.cuda().eval()
-    seqs = [data.Sequence(list(range(5, 45)), list(range(6, 46)), [1.0] * 40),
-            data.Sequence(list(range(50, 70)), list(range(51, 71)), [1.0] * 20)]  # fmt: skip
+    seqs = [examples.Sequence(list(range(5, 45)), list(range(6, 46)), [1.0] * 40),
+            examples.Sequence(list(range(50, 70)), list(range(51, 71)), [1.0] * 20)]  # fmt: skip
     packed = {k: v.cuda() for k, v in data.pack(seqs).items()}
     padded = {k: v.cuda() for k, v in data.pad(seqs, 0).items()}
     with torch.no_grad():

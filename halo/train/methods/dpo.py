@@ -4,11 +4,11 @@ Data: ``{"prompt": ..., "chosen": ..., "rejected": ...}`` with strings or messag
 full chosen/rejected conversations (halo.train.formats). The loss per pair is
 ``-log sigmoid(beta * ((pi_c - ref_c) - (pi_r - ref_r)))`` with sequence log-probabilities
 of the responses (the assistant span after the prompt), averaged over the global batch.
+The pairs are read, rendered and tokenized in halo.train.methods.dpo_data (no torch there).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -16,49 +16,15 @@ from torch import nn
 from torch.nn import functional
 
 from halo.errors import HaloError
-from halo.train import data, formats
-from halo.train.config import Config, Dpo, Source
+from halo.train import data
+from halo.train.config import Config, Dpo
+from halo.train.methods import dpo_data
 from halo.train.model import batch_logprobs
 from halo.train.state import Batch, Method
-from halo.train.tokenizer import ChatTokenizer, Rendered, mask_note
+from halo.train.tokenizer import ChatTokenizer
 
 
-@dataclass(frozen=True)
-class Pair:
-    chosen: data.Sequence
-    rejected: data.Sequence
-
-
-def parse(row: dict[str, Any], fmt: str, src: Source, where: str) -> tuple[formats.PairRow, str]:
-    if fmt != "preference":
-        raise HaloError(f"{where}: preference/dpo needs chosen/rejected rows, got {fmt}")
-    return formats.pair(row, where), where
-
-
-def renders(tok: ChatTokenizer, row: formats.PairRow, where: str) -> tuple[Rendered, Rendered]:
-    try:
-        return tuple(  # type: ignore[return-value]
-            tok.render(row.prompt + answer, row.tools, train_from=len(row.prompt))
-            for answer in (row.chosen, row.rejected)
-        )
-    except HaloError as exc:
-        raise HaloError(f"{where}: {exc.message}") from None
-
-
-def encode(
-    rows: list[tuple[formats.PairRow, str]], tok: ChatTokenizer, max_len: int
-) -> tuple[list[Pair], int]:
-    pairs, dropped = [], 0
-    for row, where in rows:
-        c, r = renders(tok, row, where)
-        if max(len(c.ids), len(r.ids)) > max_len + 1:
-            dropped += 1
-            continue
-        pairs.append(Pair(data.shift(c.ids, c.train), data.shift(r.ids, r.train)))
-    return pairs, dropped
-
-
-def collate(pairs: list[Pair], pad_id: int) -> Batch:
+def collate(pairs: list[dpo_data.Pair], pad_id: int) -> Batch:
     # Chosen first, rejected second: rows i and i + n are one pair.
     batch = data.pad([p.chosen for p in pairs] + [p.rejected for p in pairs], pad_id)
     batch["pairs"] = torch.ones(len(pairs))
@@ -86,24 +52,15 @@ def make(d: Dpo) -> tuple[Any, Any]:
     return prepare, loss
 
 
-def describe(cfg: Config, tok: ChatTokenizer) -> list[str]:
-    return [
-        mask_note(
-            f"preference/dpo: chosen of {src.path.name}", tok.show_mask(renders(tok, row, where)[0])
-        )
-        for src, (row, where) in data.first_examples(cfg.data, parse)
-    ]
-
-
 def build(cfg: Config, tok: ChatTokenizer) -> Method:
     d = cfg.dpo or Dpo()
-    train, evals = data.load(cfg.data, cfg.training.seed, parse)
-    pairs, dropped = encode(train, tok, cfg.data.max_seq_len)
+    train, evals = data.load(cfg.data, cfg.training.seed, dpo_data.parse)
+    pairs, dropped = dpo_data.encode(train, tok, cfg.data.max_seq_len)
     if not pairs:
         raise HaloError("data.train: no pair fits within data.max_seq_len")
-    eval_pairs, _ = encode(evals, tok, cfg.data.max_seq_len)
+    eval_pairs, _ = dpo_data.encode(evals, tok, cfg.data.max_seq_len)
     prepare, loss = make(d)
-    notes = [f"preference/dpo: {len(pairs)} pairs, beta {d.beta}", *describe(cfg, tok)]
+    notes = [f"preference/dpo: {len(pairs)} pairs, beta {d.beta}", *dpo_data.describe(cfg, tok)]
     if dropped:
         notes.append(f"preference/dpo: dropped {dropped} pairs longer than data.max_seq_len")
     return Method(

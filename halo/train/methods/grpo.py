@@ -12,6 +12,8 @@ batch's (``batch``), or no division at all (``none``). Per completion token:
 batch (DAPO); ``sequence`` averages each completion's tokens, then the completions
 (DeepSeekMath).
 
+The groups are read, rendered and tokenized in halo.train.methods.grpo_data (no torch there).
+
 ``policy_update`` is one optimizer step on a global batch of rollouts (prompt, completions,
 rewards): offline GRPO calls it through the loop; online GRPO calls it after each rollout.
 """
@@ -26,24 +28,19 @@ import torch
 from torch import nn
 
 from halo.errors import HaloError
-from halo.train import data, formats
-from halo.train.config import Config, Grpo, Source
+from halo.train import data, examples, formats
+from halo.train.config import Config, Grpo
+from halo.train.methods import grpo_data
 from halo.train.model import batch_logprobs
 from halo.train.state import Batch, Method, StepStats, Trainer
-from halo.train.tokenizer import ChatTokenizer, Rendered, mask_note
-
-
-@dataclass(frozen=True)
-class Group:
-    seqs: tuple[data.Sequence, ...]
-    rewards: tuple[float, ...]
+from halo.train.tokenizer import ChatTokenizer
 
 
 @dataclass(frozen=True)
 class Scored:
     """A group with its advantages (computed over the global batch it was drawn in)."""
 
-    seqs: tuple[data.Sequence, ...]
+    seqs: tuple[examples.Sequence, ...]
     advantages: tuple[float, ...]
 
 
@@ -62,36 +59,8 @@ def advantages(rewards: list[list[float]], scale: str, eps: float) -> list[list[
     return out
 
 
-def parse(row: dict[str, Any], fmt: str, src: Source, where: str) -> tuple[formats.GroupRow, str]:
-    if fmt != "grpo":
-        raise HaloError(f"{where}: offline-grpo needs prompt/completions rows, got {fmt}")
-    return formats.group(row, where), where
-
-
-def render(tok: ChatTokenizer, row: formats.GroupRow, text: str, where: str = "") -> Rendered:
-    """The prompt and one completion; trained on: the completion's assistant span."""
-    msgs = [*row.prompt, {"role": "assistant", "content": text}]
-    try:
-        return tok.render(msgs, row.tools, train_from=len(row.prompt))
-    except HaloError as exc:
-        raise HaloError(f"{where}: {exc.message}" if where else exc.message) from None
-
-
-def encode_group(
-    row: formats.GroupRow, tok: ChatTokenizer, max_len: int, where: str = ""
-) -> Group | None:
-    """Token sequences of a group (None when the prompt alone fills max_len)."""
-    seqs = []
-    for text in row.completions:
-        r = render(tok, row, text, where)
-        if not any(r.train[1 : max_len + 1]):
-            return None
-        seqs.append(data.shift(r.ids[: max_len + 1], r.train[: max_len + 1]))
-    return Group(tuple(seqs), tuple(row.rewards))
-
-
 def make_shard(g: Grpo) -> Any:
-    def shard(groups: list[Group], rank: int, world: int) -> list[Scored]:
+    def shard(groups: list[grpo_data.Group], rank: int, world: int) -> list[Scored]:
         adv = advantages([list(x.rewards) for x in groups], g.scale_rewards, g.adv_eps)
         scored = [Scored(x.seqs, tuple(a)) for x, a in zip(groups, adv, strict=True)]
         return data.share(scored, rank, world)
@@ -155,19 +124,11 @@ def make(g: Grpo) -> tuple[Any, Any, Any]:
     return prepare, loss, count
 
 
-def encode_all(
-    rows: list[tuple[formats.GroupRow, str]], tok: ChatTokenizer, max_len: int
-) -> tuple[list[Group], int]:
-    groups = [encode_group(row, tok, max_len, where) for row, where in rows]
-    kept = [x for x in groups if x is not None]
-    return kept, len(groups) - len(kept)
-
-
 def method(
     cfg: Config,
     tok: ChatTokenizer,
-    items: list[Group],
-    eval_items: list[Group] | None = None,
+    items: list[grpo_data.Group],
+    eval_items: list[grpo_data.Group] | None = None,
     notes: list[str] | None = None,
 ) -> Method:
     g = cfg.grpo or Grpo()
@@ -191,35 +152,25 @@ def policy_update(tr: Trainer, rollouts: list[formats.GroupRow]) -> StepStats:
     """One optimizer step on a global batch of rollouts (every process passes the same list)."""
     from halo.train import loop
 
-    groups = [encode_group(r, tr.tok, tr.cfg.data.max_seq_len) for r in rollouts]
+    groups = [grpo_data.encode_group(r, tr.tok, tr.cfg.data.max_seq_len) for r in rollouts]
     if any(x is None for x in groups):
         raise HaloError("policy_update: a prompt fills data.max_seq_len")
     return loop.step(tr, tr.method.shard(groups, tr.ctx.rank, tr.ctx.world))
 
 
-def describe(cfg: Config, tok: ChatTokenizer) -> list[str]:
-    return [
-        mask_note(
-            f"offline-grpo: completion 1 of {src.path.name}",
-            tok.show_mask(render(tok, row, row.completions[0], where)),
-        )
-        for src, (row, where) in data.first_examples(cfg.data, parse)
-    ]
-
-
 def build(cfg: Config, tok: ChatTokenizer) -> Method:
     g = cfg.grpo or Grpo()
-    train, evals = data.load(cfg.data, cfg.training.seed, parse)
-    groups, dropped = encode_all(train, tok, cfg.data.max_seq_len)
+    train, evals = data.load(cfg.data, cfg.training.seed, grpo_data.parse)
+    groups, dropped = grpo_data.encode_all(train, tok, cfg.data.max_seq_len)
     if not groups:
         raise HaloError("data.train: no group has a completion token within data.max_seq_len")
-    eval_groups, _ = encode_all(evals, tok, cfg.data.max_seq_len)
+    eval_groups, _ = grpo_data.encode_all(evals, tok, cfg.data.max_seq_len)
     sizes = sorted({len(x.seqs) for x in groups})
     notes = [
         f"offline-grpo: {len(groups)} groups of {'/'.join(map(str, sizes))} completions; "
         f"old policy {g.old_policy}, clip {g.clip_eps}, kl_coef {g.kl_coef}, "
         f"scale_rewards {g.scale_rewards}, loss_type {g.loss_type}",
-        *describe(cfg, tok),
+        *grpo_data.describe(cfg, tok),
     ]
     if dropped:
         notes.append(f"offline-grpo: dropped {dropped} groups whose prompt fills data.max_seq_len")

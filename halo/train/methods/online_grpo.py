@@ -39,13 +39,14 @@ import torch
 from halo.errors import HaloError
 from halo.rollout import weights
 from halo.rollout.client import Client, Retry, RolloutError, Sample
-from halo.train import data, distributed, formats, loop, rewards, saving
+from halo.train import data, distributed, examples, loop, rewards, saving
 from halo.train import model as hf
-from halo.train.config import Config, Grpo, Source
-from halo.train.methods import grpo
+from halo.train.config import Config, Grpo
+from halo.train.methods import grpo, grpo_data, online_grpo_data
+from halo.train.methods.online_grpo_data import Prompt
 from halo.train.state import Method, Result, Trainer
 from halo.train.stopping import StopFlag
-from halo.train.tokenizer import ChatTokenizer, Message
+from halo.train.tokenizer import ChatTokenizer
 
 URL_ENV = "HALO_ROLLOUT_URL"
 # Scored by the server after each push and compared with the policy's own log-probs.
@@ -61,19 +62,6 @@ class RunFailedError(HaloError):
     exit_code = 1
 
 
-@dataclass(frozen=True)
-class Prompt:
-    messages: list[Message]
-    row: dict[str, Any]
-    where: str
-
-
-def parse(row: dict[str, Any], fmt: str, src: Source, where: str) -> Prompt:
-    if "prompt" not in row:
-        raise HaloError(f"{where}: online-grpo needs a 'prompt' (a string or messages) per row")
-    return Prompt(formats.prompt_messages(row["prompt"], f"{where}: prompt"), row, where)
-
-
 def server_url(cfg: Config) -> str:
     url = cfg.runtime.rollout_url or os.environ.get(URL_ENV)
     if not url:
@@ -81,14 +69,6 @@ def server_url(cfg: Config) -> str:
             f"runtime.rollout_url: not set (nor ${URL_ENV}): online-grpo needs a server"
         )
     return url.rstrip("/")
-
-
-def describe(cfg: Config, tok: ChatTokenizer) -> list[str]:
-    """What --dry-run shows: each source's first prompt as the server will be sent it."""
-    return [
-        f"online-grpo: prompt 1 of {src.path.name}: {tok.text(p.messages, gen=True)!r}"
-        for src, p in data.first_examples(cfg.data, parse)
-    ]
 
 
 @dataclass
@@ -110,7 +90,7 @@ class Rollouts:
 
     def prompt_ids(self, prompts: list[Prompt]) -> list[list[int]]:
         tok = self.tr.tok
-        return [tok.encode(tok.text(p.messages, gen=True)) for p in prompts]
+        return [tok.encode(online_grpo_data.text(tok, p)) for p in prompts]
 
     def sample(
         self, what: str, prompts: list[Prompt], n: int, temperature: float, seed: int
@@ -168,7 +148,9 @@ class Rollouts:
         return self.tr.ctx.broadcast(mean)
 
 
-def encode(prompt: list[int], group: list[Sample], scores: list[float], max_len: int) -> grpo.Group:
+def encode(
+    prompt: list[int], group: list[Sample], scores: list[float], max_len: int
+) -> grpo_data.Group:
     """A group as GRPO trains on it: the prompt and exactly the tokens the server sampled
     (ending with the end-of-turn token when it stopped), trained on the sampled tokens.
 
@@ -179,8 +161,8 @@ def encode(prompt: list[int], group: list[Sample], scores: list[float], max_len:
     for s in group:
         full = [*prompt, *s.token_ids][: max_len + 1]
         train = ([False] * len(prompt) + [True] * len(s.token_ids))[: max_len + 1]
-        seqs.append(data.shift(full, train))
-    return grpo.Group(tuple(seqs), tuple(scores))
+        seqs.append(examples.shift(full, train))
+    return grpo_data.Group(tuple(seqs), tuple(scores))
 
 
 def policy_logprobs(tr: Trainer, ids: list[int]) -> list[float]:
@@ -194,7 +176,7 @@ def policy_logprobs(tr: Trainer, ids: list[int]) -> list[float]:
 def build(cfg: Config, tok: ChatTokenizer) -> Method:
     """The GRPO update (grpo.method) over this run's prompts; rollouts come at train time."""
     g = cfg.grpo or Grpo()
-    train, evals = data.load(cfg.data, cfg.training.seed, parse)
+    train, evals = data.load(cfg.data, cfg.training.seed, online_grpo_data.parse)
     ro = cfg.rollout
     rewards.load(ro.reward)  # fail before any model is built
     notes = [
