@@ -35,6 +35,17 @@ TRAINER = "trainer"
 # the weights), so a test can SIGKILL a trainer with a half-written checkpoint on disk.
 # Unset in real runs.
 TEST_HOOK_SLEEP_ENV = "HALO_TEST_HOOK_CHECKPOINT_SLEEP"
+TEST_HOOK_GATE_ENV = "HALO_TEST_HOOK_CHECKPOINT_GATE"  # ends the pause early once it exists
+
+
+def _hook_pause(seconds: float, gate: str | None) -> None:
+    """The test hook's pause: ``seconds``, or until the gate file appears (a test that must
+    act while the write is open, on a machine of any speed, opens the gate when done)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if gate and Path(gate).exists():
+            return
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
 
 
 def test_hook_sleep(value: str | None) -> tuple[int, float] | None:
@@ -305,7 +316,7 @@ def _write(
         write_model(tmp)
         if hook_sleep:
             print(f"test hook: sleeping {hook_sleep}s inside checkpoint write {tmp}", flush=True)
-            time.sleep(hook_sleep)
+            _hook_pause(hook_sleep, os.environ.get(TEST_HOOK_GATE_ENV))
         (tmp / TRAINER).mkdir()
         for key, value in trainer_state.items():
             torch.save(value, tmp / TRAINER / f"{key}.pt")

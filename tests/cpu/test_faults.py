@@ -125,8 +125,12 @@ def rewrite_meta(path: Path, **changes: object) -> None:
 def test_a_second_trainer_on_a_busy_job_folder_is_refused_and_the_first_finishes(
     tmp_path: Path,
 ) -> None:
-    # The first run pauses inside its step-1 checkpoint write: its .tmp folder is on disk.
-    env = halo_env(**{checkpoint.TEST_HOOK_SLEEP_ENV: "1:15"})
+    # The first run pauses inside its step-1 checkpoint write (its .tmp folder on disk) until
+    # the second has been refused: the gate, not a guess of how fast this machine is.
+    gate = tmp_path / "gate"
+    env = halo_env(
+        **{checkpoint.TEST_HOOK_SLEEP_ENV: "1:600", checkpoint.TEST_HOOK_GATE_ENV: str(gate)}
+    )
     first = subprocess.Popen(
         trainer_cmd(tmp_path, *TWO), env=env, cwd=REPO, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -139,7 +143,10 @@ def test_a_second_trainer_on_a_busy_job_folder_is_refused_and_the_first_finishes
         pytest.fail(f"the first trainer never reached its checkpoint: {first.communicate()}")
     before = sorted(p.name for p in job(tmp_path).iterdir())
     assert any(n.endswith(".tmp") for n in before), before
-    second = trainer(tmp_path, *TWO)
+    try:
+        second = trainer(tmp_path, *TWO)
+    finally:
+        gate.touch()
     line = one_error_line(second.stderr)
     assert second.returncode == 2, second.stderr
     assert "in use by another run" in line and f"pid {first.pid}" in line, line
