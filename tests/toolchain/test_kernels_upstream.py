@@ -209,3 +209,14 @@ def test_deep_ep_compiles_in_the_builder_image_once_then_the_store_answers(tmp_p
     second = realise_deep_ep()
     assert second[3] == "store" and second[4] == "-", second  # nothing compiled
     assert second[2] == first[2] and second[-1] == first[-1]  # same derivation, same wheel
+
+
+def test_keep_without_the_probe_is_one_line_and_nothing_compiles(tmp_path: Path) -> None:
+    from support import halo
+
+    proc = halo("image", "kernels", "blackwell", "--keep", str(tmp_path / "o"), cwd=REPO)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "halo: error: --keep: only with --first-object (a full build keeps its wheel in the store)"
+    ]
+    assert not (tmp_path / "o").exists()
