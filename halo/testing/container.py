@@ -174,6 +174,9 @@ def prepare_scratch(scratch: Path, user: str | None = None) -> None:
     from halo.testing.ownership import parse_user
 
     uid, gid = parse_user(user)
+    # Scratch itself may be a private folder (mktemp -d: 0700); the user must pass through it
+    # to reach its own folders and read the cache, and needs nothing more of it.
+    scratch.chmod(scratch.stat().st_mode | 0o111)
     for sub in USER_DIRS:
         (scratch / sub).mkdir(parents=True, exist_ok=True)
         os.chown(scratch / sub, uid, -1 if gid is None else gid)

@@ -39,7 +39,9 @@ def test_only_what_changed_since_the_start_and_is_not_the_users_is_named(tmp_pat
 
 @needs_root
 def test_scratch_run_folders_are_handed_to_the_user_and_the_cache_is_not(tmp_path: Path) -> None:
+    tmp_path.chmod(0o700)  # as mktemp -d makes it (CI's scratch): the user must pass through
     prepare_scratch(tmp_path, "1000:1001")
+    assert tmp_path.stat().st_mode & 0o777 == 0o711
     for sub in USER_DIRS:
         st = (tmp_path / sub).stat()
         assert (st.st_uid, st.st_gid) == (1000, 1001), sub
