@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from halo.builder.native import write_guard
@@ -70,79 +71,63 @@ def stage_context(
     write_guard(ctx / "env" / "guard", Path(REFUSED_LOG))
 
 
-def build_wheel(
-    tc: Toolchain,
-    src: Path,
-    subdirectory: str,
-    env: Mapping[str, str],
-    parallel: Mapping[str, str],
-    work: Path,
-    repo: Path,
-    docker: Docker,
-    store: Store,
-    label: str,
-) -> Path:
-    out = _run_build(tc, src, subdirectory, env, parallel, work, repo, docker, store)
-    wheels = sorted(out.glob("*.whl"))
+@dataclass(frozen=True)
+class DockerBuild:
+    """One source tree's build in the builder image: what the wheel build and the first-object
+    probe share."""
+
+    tc: Toolchain
+    src: Path  # the verified, patched tree
+    subdirectory: str
+    env: Mapping[str, str]  # the derivation's environment
+    parallel: Mapping[str, str]  # MAX_JOBS, NVCC_THREADS
+    work: Path  # a folder of this build's own; ctx/ and out/ are made in it
+    repo: Path
+    docker: Docker
+    store: Store
+    label: str  # the derivation's name, for messages
+
+    def run(self, probe: bool = False) -> Path:
+        ctx, out = self.work / "ctx", self.work / "out"
+        stage_context(ctx, self.tc, self.src, self.env, self.store, self.repo / "patches", probe)
+        parallel = {**self.parallel, "MAX_JOBS": "1"} if probe else dict(self.parallel)
+        self.docker.build(
+            context=ctx,
+            dockerfile=self.repo / DOCKERFILE,
+            tags=[],
+            build_args={
+                "BUILDER": self.tc.base_ref,
+                "PYTHON": self.tc.python,
+                "SUBDIR": self.subdirectory or ".",
+                **parallel,
+            },
+            labels={},
+            network="none",
+            output=out,
+        )
+        return out
+
+
+def build_wheel(job: DockerBuild) -> Path:
+    wheels = sorted(job.run().glob("*.whl"))
     if len(wheels) != 1:
         raise HaloError(
-            f"derivation {label}: expected one wheel from the build, got {[w.name for w in wheels]}"
+            f"derivation {job.label}: expected one wheel from the build, "
+            f"got {[w.name for w in wheels]}"
         )
     return wheels[0]
 
 
-def first_object(
-    tc: Toolchain,
-    src: Path,
-    subdirectory: str,
-    env: Mapping[str, str],
-    parallel: Mapping[str, str],
-    work: Path,
-    repo: Path,
-    docker: Docker,
-    store: Store,
-    label: str,
-) -> tuple[str, Path]:
-    """(the probe's record, the object file): the build run up to its first nvcc object."""
-    out = _run_build(
-        tc, src, subdirectory, env, {**parallel, "MAX_JOBS": "1"}, work, repo, docker, store,
-        probe=True,
-    )  # fmt: skip
+def first_object(job: DockerBuild) -> tuple[str, Path]:
+    """(the probe's record, the object file): the build run up to its first nvcc object, on one
+    job so that "first" is one object."""
+    out = job.run(probe=True)
     record, obj = out / PROBE_RECORD, out / PROBE_OBJECT
     if not record.is_file():
-        raise HaloError(f"derivation {label}: the build finished without compiling with nvcc")
+        raise HaloError(f"derivation {job.label}: the build finished without compiling with nvcc")
     text = record.read_text()
     if not text.startswith("rc=0 ") or not obj.is_file():
-        raise HaloError(f"derivation {label}: its first nvcc object failed: {text.splitlines()[0]}")
+        raise HaloError(
+            f"derivation {job.label}: its first nvcc object failed: {text.splitlines()[0]}"
+        )
     return text, obj
-
-
-def _run_build(
-    tc: Toolchain,
-    src: Path,
-    subdirectory: str,
-    env: Mapping[str, str],
-    parallel: Mapping[str, str],
-    work: Path,
-    repo: Path,
-    docker: Docker,
-    store: Store,
-    probe: bool = False,
-) -> Path:
-    ctx, out = work / "ctx", work / "out"
-    stage_context(ctx, tc, src, env, store, repo / "patches", probe)
-    docker.build(
-        context=ctx,
-        dockerfile=repo / DOCKERFILE,
-        tags=[],
-        build_args={
-            "BUILDER": tc.base_ref,
-            "PYTHON": tc.python,
-            "SUBDIR": subdirectory or ".",
-            **parallel,
-        },
-        labels={},
-        network="none",
-        output=out,
-    )
-    return out

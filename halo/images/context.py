@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +36,7 @@ from halo.pins.lockfile import Lock
 from halo.store.store import Store
 
 NORMALIZE_SCRIPT = Path(__file__).with_name("normalize.sh")
+DIR_MODE = 0o755
 SMALL = 1 << 20  # files compared byte by byte; bigger ones are store links, compared by inode
 
 
@@ -109,10 +111,15 @@ class ContextSync:
         self._dest(rel).mkdir(exist_ok=True)
 
     def finish(self) -> None:
-        """Remove whatever is not wanted."""
+        """Remove whatever is not wanted, and give every folder one mode.
+
+        A folder's mode comes from the umask of whoever made it, and reaches an image through
+        `cp -R` and BuildKit's cache keys: a build host with umask 077 made another image."""
         keep_dirs = {p for w in self.wanted for p in w.parents if self.root in (p, *p.parents)}
         for dirpath, dirnames, filenames in os.walk(self.root, topdown=False):
             here = Path(dirpath)
+            if stat.S_IMODE(here.stat().st_mode) != DIR_MODE:
+                here.chmod(DIR_MODE)
             for name in filenames:
                 if here / name not in self.wanted:
                     (here / name).unlink()

@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
@@ -50,6 +50,9 @@ from halo.pins.source_pins import SourcePin
 from halo.report import say
 from halo.store.sources import Download, source_tree
 from halo.store.store import Store
+
+if TYPE_CHECKING:
+    from halo.builder.docker import DockerBuild
 
 BUILDER_SET = "cuda-builder"  # the pin set whose wheels compile the CUDA images' source pins
 PARALLELISM = ("MAX_JOBS", "NVCC_THREADS")
@@ -257,6 +260,18 @@ def _staged(drv: Derivation, r: Realiser) -> Iterator[tuple[Path, Path, dict[str
         yield work, src, parallel
 
 
+def _docker_job(
+    drv: Derivation, r: Realiser, work: Path, src: Path, parallel: dict[str, str]
+) -> DockerBuild:
+    from halo.builder.docker import DockerBuild
+
+    assert r.docker is not None  # checked by _staged
+    return DockerBuild(
+        drv.toolchain, src, drv.pin.subdirectory, dict(drv.env), parallel, work, r.repo,
+        r.docker, r.store, drv.name,
+    )  # fmt: skip
+
+
 def _build(drv: Derivation, inputs: dict[str, object], drv_hash: str, r: Realiser) -> Realised:
     tc = drv.toolchain
     start = time.monotonic()
@@ -277,11 +292,7 @@ def _build(drv: Derivation, inputs: dict[str, object], drv_hash: str, r: Realise
         else:
             from halo.builder import docker as docker_build
 
-            assert r.docker is not None  # checked by _staged
-            wheel = docker_build.build_wheel(
-                tc, src, drv.pin.subdirectory, dict(drv.env), parallel, work, r.repo,
-                r.docker, r.store, drv.name,
-            )  # fmt: skip
+            wheel = docker_build.build_wheel(_docker_job(drv, r, work, src, parallel))
         _check_wheel(drv.pin, wheel)
         sha = sha256_file(wheel)
         r.store.add_file(sha, wheel, wheel.name)
@@ -338,11 +349,7 @@ def first_object(drv: Derivation, r: Realiser, keep: Path | None = None) -> Firs
     start = time.monotonic()
     with _staged(drv, r) as (work, src, parallel):
         say(f"derivation {drv.name}: compiling up to its first nvcc object (docker, network none)")
-        assert r.docker is not None  # checked by _staged
-        text, obj = docker_build.first_object(
-            drv.toolchain, src, drv.pin.subdirectory, dict(drv.env), parallel, work, r.repo,
-            r.docker, r.store, drv.name,
-        )  # fmt: skip
+        text, obj = docker_build.first_object(_docker_job(drv, r, work, src, parallel))
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(obj, keep / f"{drv.name}-first.o")

@@ -19,7 +19,7 @@ COPY_IGNORE = shutil.ignore_patterns(
 
 
 def halo(
-    *args: str, cwd: Path, env: dict[str, str] | None = None
+    *args: str, cwd: Path, env: dict[str, str] | None = None, umask: int = -1
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "halo", *args],
@@ -28,6 +28,7 @@ def halo(
         capture_output=True,
         text=True,
         check=False,
+        umask=umask,
     )
 
 
