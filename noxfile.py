@@ -220,15 +220,16 @@ def stack_check(session: nox.Session) -> None:
     session.run("halo", "stack", "verify", *sets, *args[first_option:])
 
 
-# (catalog image, pin set, CPU tier inside): the server images built completely; the training
-# images through what a 2-core machine affords, their `-stack` stage (base + locked stack,
-# kernels omitted; the kernels are the toolchain tests' derivation tests).
-# (image, pin set, the CPU tier's extra pytest arguments inside it, or None: no tier there).
-# The CPU tier runs in halo:cpu (test-cpu) and, whole, inside blackwell's stack.
+# (catalog image, pin set, `halo test cpu` options inside it, or None: no CPU tier there): the
+# server images built completely; the training images through what a 2-core machine affords,
+# their `-stack` stage (base + locked stack, kernels omitted; the kernels are the toolchain
+# tests' derivations and first objects). The CPU tier runs whole inside blackwell's stack as
+# Enroot and Apptainer run an image: its files read-only, as a user it does not know.
+AS_A_CLUSTER_RUNTIME = ("--read-only", "--user", "1000:1000")
 IMAGE_CHECKS = (
     ("vllm", "vllm", None),
     ("sglang", "sglang", None),
-    ("blackwell-stack", "blackwell", ()),
+    ("blackwell-stack", "blackwell", AS_A_CLUSTER_RUNTIME),
     ("hopper-stack", "hopper", None),
 )
 # What CI checks: every image, the training ones through their stack stage (base + locked
@@ -258,7 +259,7 @@ def image_check(session: nox.Session) -> None:
         session.run("halo", "fetch", pins)
         session.run("halo", "image", "build", name)
         if cpu_tier is not None:
-            session.run("halo", "test", "cpu", "--image", name, "--", *cpu_tier)
+            session.run("halo", "test", "cpu", "--image", name, *cpu_tier)
         session.run("halo", "stack", "verify", pins, "--image", name, "--remove")
         if os.environ.get("CI", "").lower() not in ("", "0", "false"):
             # A removed image's layers stay in BuildKit's cache (7-12 GB per image here, build
@@ -416,9 +417,9 @@ def ci(session: nox.Session) -> None:
     # FA2's and FA3's first objects (`nox -s first-objects`) are minutes of one core each:
     # .ci/run runs them beside this session, not inside it.
     session.notify("test-toolchain", ["-k", "not first_object"])
-    # `-- --read-only --user 1000:1000` runs it as Enroot and Apptainer would (197 passed by
-    # hand; in CI's private mktemp scratch it failed before scratch was made traversable).
-    session.notify("test-cpu")
+    # The CPU tier runs once, whole, inside blackwell's stack stage (image-check below), read-only
+    # and as a user the image does not know: the same trainer and torch as halo:cpu, which the
+    # toolchain tests build, export and train in. Running it in both cost 4 minutes of CI.
     # A real two-node Slurm cluster (.ci/run starts it): DDP across nodes, signals, resume.
     session.notify("test-slurm")
     # The GPU images proven inside themselves, one at a time (removed once proven): vllm-server
