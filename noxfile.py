@@ -253,18 +253,22 @@ def image_check(session: nox.Session) -> None:
     """
     _halo(session)
     wanted = set(session.posargs) or {name for name, _, _ in IMAGE_CHECKS}
+    # A removed image's layers stay in BuildKit's cache (7-12 GB per image here, build context
+    # included), and so do the earlier sessions' builds: CI's machine is its own, and its
+    # disk is not endless, so CI starts each image on an empty build cache.
+    prune = os.environ.get("CI", "").lower() not in ("", "0", "false")
     for name, pins, cpu_tier in IMAGE_CHECKS:
         if name not in wanted:
             continue
+        if prune:
+            session.run("python", "-c", PRUNE_BUILD_CACHE, silent=True)
         session.run("halo", "fetch", pins)
         session.run("halo", "image", "build", name)
         if cpu_tier is not None:
             session.run("halo", "test", "cpu", "--image", name, *cpu_tier)
         session.run("halo", "stack", "verify", pins, "--image", name, "--remove")
-        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
-            # A removed image's layers stay in BuildKit's cache (7-12 GB per image here, build
-            # context included); CI's machine is its own and builds nothing after this.
-            session.run("python", "-c", PRUNE_BUILD_CACHE, silent=True)
+    if prune:
+        session.run("python", "-c", PRUNE_BUILD_CACHE, silent=True)
 
 
 @nox.session(name="test-rollout-cpu", python=PYTHON)

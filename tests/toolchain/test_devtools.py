@@ -7,6 +7,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,10 +27,13 @@ TARGETS = (
 def _make(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     if shutil.which("make") is None:
         pytest.skip("needs GNU make (.ci/run installs it)")
+    # `make train` asks `halo` for the docker run line: the one beside this interpreter, also
+    # when pytest runs from a venv that is not on PATH.
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     return subprocess.run(
         ["make", "--no-print-directory", *args],
         cwd=REPO,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, "PATH": path, **(env or {})},
         capture_output=True,
         text=True,
         check=False,
