@@ -85,7 +85,9 @@ def container_env(spec: RunSpec) -> dict[str, str]:
         "PYTHONDONTWRITEBYTECODE": "1",
         # A user the image's /etc/passwd does not know (`--user`, as Enroot and Apptainer run
         # as the caller) has no name: getpass.getuser(), which torch's caches call, then fails.
-        "USER": "halo",
+        # The name carries the uid: per-user folders under the shared scratch (pytest's
+        # TMPDIR/pytest-of-USER, owner-checked) must not be another user's from an earlier run.
+        "USER": f"halo-{(spec.user or str(os.getuid())).split(':')[0]}",
     }
     if spec.offline:
         env["HF_HUB_OFFLINE"] = "1"

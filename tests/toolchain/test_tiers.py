@@ -46,7 +46,9 @@ def test_read_only_run_as_another_user_writes_only_to_scratch_and_tmp(tmp_path: 
     assert "--read-only" in args and args[args.index("--tmpfs") + 1].startswith("/tmp:rw,")
     writable = [v for i, v in enumerate(args) if args[i - 1] == "-v" and not v.endswith(":ro")]
     assert writable == [f"{tmp_path}:/scratch"]
-    assert "USER=halo" in args  # a uid the image's passwd lacks still has a name
+    # A uid the image's passwd lacks still has a name, its own: a root run before it in the same
+    # scratch left TMPDIR/pytest-of-halo-0, which pytest would refuse to use as another user.
+    assert "USER=halo-4321" in args
     assert "--read-only" not in docker_run_args(RunSpec(image="halo:cpu", argv=[]), REPO, tmp_path)
 
 
