@@ -74,12 +74,20 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() not in ("", "0", "false")
 
 
+def _own_folder(user: str | None) -> str:
+    """HOME's and TMPDIR's subfolder for a run as another user: earlier runs as root (CI's, the
+    host's user) leave root's caches in the shared ones (~/.cache, TMPDIR/halo), which that
+    user could not write to."""
+    return f"/{user.split(':')[0]}" if user else ""
+
+
 def container_env(spec: RunSpec) -> dict[str, str]:
+    own = _own_folder(spec.user)
     env = {
-        "HOME": f"{SCRATCH}/home",
+        "HOME": f"{SCRATCH}/home{own}",
         "HF_HOME": f"{SCRATCH}/hf",
         "HF_DATASETS_CACHE": f"{SCRATCH}/hf/datasets",
-        "TMPDIR": f"{SCRATCH}/tmp",
+        "TMPDIR": f"{SCRATCH}/tmp{own}",
         "HALO_DATA_ROOT": f"{SCRATCH}/data",
         "HALO_SCRATCH": SCRATCH,
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -179,7 +187,7 @@ def prepare_scratch(scratch: Path, user: str | None = None) -> None:
     # Scratch itself may be a private folder (mktemp -d: 0700); the user must pass through it
     # to reach its own folders and read the cache, and needs nothing more of it.
     scratch.chmod(scratch.stat().st_mode | 0o111)
-    for sub in USER_DIRS:
+    for sub in (*USER_DIRS, f"home{_own_folder(user)}", f"tmp{_own_folder(user)}"):
         (scratch / sub).mkdir(parents=True, exist_ok=True)
         os.chown(scratch / sub, uid, -1 if gid is None else gid)
 

@@ -42,7 +42,7 @@ def test_scratch_run_folders_are_handed_to_the_user_and_the_cache_is_not(tmp_pat
     tmp_path.chmod(0o700)  # as mktemp -d makes it (CI's scratch): the user must pass through
     prepare_scratch(tmp_path, "1000:1001")
     assert tmp_path.stat().st_mode & 0o777 == 0o711
-    for sub in USER_DIRS:
+    for sub in (*USER_DIRS, "home/1000", "tmp/1000"):  # HOME and TMPDIR: the user's own
         st = (tmp_path / sub).stat()
         assert (st.st_uid, st.st_gid) == (1000, 1001), sub
     assert (tmp_path / "hf").stat().st_uid == 0  # seeded by the host, only read in there

@@ -49,6 +49,8 @@ def test_read_only_run_as_another_user_writes_only_to_scratch_and_tmp(tmp_path: 
     # A uid the image's passwd lacks still has a name, its own: a root run before it in the same
     # scratch left TMPDIR/pytest-of-halo-0, which pytest would refuse to use as another user.
     assert "USER=halo-4321" in args
+    # HOME and TMPDIR its own: earlier root runs leave root's caches in the shared ones.
+    assert "HOME=/scratch/home/4321" in args and "TMPDIR=/scratch/tmp/4321" in args
     assert "--read-only" not in docker_run_args(RunSpec(image="halo:cpu", argv=[]), REPO, tmp_path)
 
 
