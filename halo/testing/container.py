@@ -74,11 +74,16 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() not in ("", "0", "false")
 
 
+def _uid(user: str | None) -> str:
+    """The uid a run has inside: the one asked for ("UID:GID"), else this host's."""
+    return (user or str(os.getuid())).split(":")[0]
+
+
 def _own_folder(user: str | None) -> str:
     """HOME's and TMPDIR's subfolder for a run as another user: earlier runs as root (CI's, the
     host's user) leave root's caches in the shared ones (~/.cache, TMPDIR/halo), which that
     user could not write to."""
-    return f"/{user.split(':')[0]}" if user else ""
+    return f"/{_uid(user)}" if user else ""
 
 
 def container_env(spec: RunSpec) -> dict[str, str]:
@@ -95,7 +100,7 @@ def container_env(spec: RunSpec) -> dict[str, str]:
         # as the caller) has no name: getpass.getuser(), which torch's caches call, then fails.
         # The name carries the uid: per-user folders under the shared scratch (pytest's
         # TMPDIR/pytest-of-USER, owner-checked) must not be another user's from an earlier run.
-        "USER": f"halo-{(spec.user or str(os.getuid())).split(':')[0]}",
+        "USER": f"halo-{_uid(spec.user)}",
     }
     if spec.offline:
         env["HF_HUB_OFFLINE"] = "1"
