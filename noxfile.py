@@ -154,11 +154,17 @@ def plan(session: nox.Session) -> None:
     session.run("halo", "image", "plan", *(session.posargs or ["--all"]))
 
 
+# One worker per core; tests that share an engine's tag, a staged image or a registry path run
+# in one xdist_group (one worker, one after the other), everything else side by side.
+XDIST = ("-n", "auto", "--dist", "loadgroup")
+
+
 @nox.session(name="test-toolchain", python=PYTHON)
 def test_toolchain(session: nox.Session) -> None:
-    """Toolchain tests on the host (locks, store, images, patches, CI rendering)."""
+    """Toolchain tests on the host (locks, store, images, patches, CI rendering), side by side
+    under pytest-xdist, one worker per core (-- -n 0 runs them one at a time)."""
     _halo(session)
-    session.run("pytest", "tests/toolchain", *session.posargs)
+    session.run("pytest", "tests/toolchain", *XDIST, *session.posargs)
 
 
 def _tier(tier: str, image: str) -> None:
@@ -245,14 +251,17 @@ PRUNE_BUILD_CACHE = (
 
 @nox.session(name="image-check", python=PYTHON)
 def image_check(session: nox.Session) -> None:
-    """Build each image and prove it inside itself, then remove it (-- NAME... of IMAGE_CHECKS).
+    """Build each image and prove it inside itself, then remove it (-- NAME... of IMAGE_CHECKS;
+    --sizes also pushes each to $HALO_TEST_REGISTRY and prints its measured compressed size).
 
     `halo stack verify SET --image NAME`: pip check, versions, imports, torch/NCCL, the server's
     parser, the JIT toolchain, the ELF audit and the patches, in `docker run --network none`;
     the CPU tier runs inside halo-stack:blackwell. No GPU is used or claimed.
     """
     _halo(session)
-    wanted = set(session.posargs) or {name for name, _, _ in IMAGE_CHECKS}
+    # --sizes: each image's compressed size measured, pushed by digest to $HALO_TEST_REGISTRY.
+    sizes = "--sizes" in session.posargs
+    wanted = {a for a in session.posargs if a != "--sizes"} or {n for n, _, _ in IMAGE_CHECKS}
     # A removed image's layers stay in BuildKit's cache (7-12 GB per image here, build context
     # included), and so do the earlier sessions' builds: CI's machine is its own, and its
     # disk is not endless, so CI starts each image on an empty build cache.
@@ -266,6 +275,8 @@ def image_check(session: nox.Session) -> None:
         session.run("halo", "image", "build", name)
         if cpu_tier is not None:
             session.run("halo", "test", "cpu", "--image", name, *cpu_tier)
+        if sizes:
+            session.run("halo", "image", "size", name)
         session.run("halo", "stack", "verify", pins, "--image", name, "--remove")
     if prune:
         session.run("python", "-c", PRUNE_BUILD_CACHE, silent=True)
@@ -408,34 +419,7 @@ def dev(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def ci(session: nox.Session) -> None:
-    """Everything CI runs on a machine without a GPU, in order."""
+    """Everything CI runs on a machine without a GPU: ci/pipeline.toml's sessions, side by side
+    as their order allows, then the table of minutes, tests, CPU and budgets (-- --only S...)."""
     _halo(session)
-    session.notify("lint")
-    session.notify("pins-check")
-    session.notify("lock-check", ["cpu"])
-    session.notify("ci-render", ["--check"])
-    session.notify("docs")
-    # build-cpu first, so the log shows the base made, the artifacts fetched and verified and
-    # the offline build; the toolchain tests then find halo:cpu up to date.
-    session.notify("build-cpu")
-    # FA2's and FA3's first objects (`nox -s first-objects`) are minutes of one core each:
-    # .ci/run runs them beside this session, not inside it.
-    session.notify("test-toolchain", ["-k", "not first_object"])
-    # The CPU tier runs once, whole, inside blackwell's stack stage (image-check below), read-only
-    # and as a user the image does not know: the same trainer and torch as halo:cpu, which the
-    # toolchain tests build, export and train in. Running it in both cost 4 minutes of CI.
-    # A real two-node Slurm cluster (.ci/run starts it): DDP across nodes, signals, resume.
-    session.notify("test-slurm")
-    # The GPU images proven inside themselves, one at a time (removed once proven): vllm-server
-    # and sglang-server built completely, blackwell and hopper as their stack stages, the whole
-    # CPU tier inside blackwell's. This replaces the venv-based stack-check for those sets.
-    session.notify("image-check", list(CI_IMAGE_CHECKS))
-    # The rollout tier against a real vLLM 0.26.0 on the CPU, started and stopped by the tier.
-    session.notify("test-rollout-cpu")
-    session.notify("patches")
-    session.notify("plan")
-    # The lent-GPU bundle: pip download of its pinned wheels (index) + halo's wheel, size-checked.
-    session.notify("device-check", ["--dry-run"])
-    # The rebuild row's cold build takes minutes that CI spends on the toolchain tests' own two
-    # builds from scratch; `nox -s bench` on a workstation measures it.
-    session.notify("bench", ["--skip", "rebuild"])
+    session.run("halo", "workflow", "run", *session.posargs)

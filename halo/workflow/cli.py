@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,6 +24,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("features", nargs="+", metavar="FEATURE", help="mmdebstrap, registry")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     p.set_defaults(func=_host_setup)
+    p = wsub.add_parser(
+        "run",
+        help="run CI's sessions (ci/pipeline.toml) side by side as their order allows; "
+        "print the table of minutes, tests, CPU and budgets",
+    )
+    p.add_argument("--pipeline", type=Path, help="the table (default: ci/pipeline.toml)")
+    p.add_argument(
+        "--report", type=Path, help="logs, junit and the table (default: <scratch>/ci-report)"
+    )
+    p.add_argument("--only", nargs="+", metavar="SESSION", help="run just these sessions")
+    p.add_argument("--dry-run", action="store_true", help="print the schedule, run nothing")
+    p.set_defaults(func=_run)
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -75,3 +88,21 @@ def _host_setup(args: argparse.Namespace) -> int:
 
     apply(args.features, dry_run=args.dry_run)
     return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from halo.paths import find_repo, scratch_root
+    from halo.workflow.cirun import dry_run, run_ci
+    from halo.workflow.pipeline import load_pipeline
+    from halo.workflow.sessions import nox_sessions
+
+    repo = find_repo()
+    path = (args.pipeline or repo / "ci" / "pipeline.toml").resolve()
+    shown = path.relative_to(repo) if path.is_relative_to(repo) else path
+    pipeline = load_pipeline(path, nox_sessions(repo / "noxfile.py"), shown)
+    if args.only:
+        pipeline = pipeline.only(args.only)
+    if args.dry_run:
+        print(dry_run(pipeline))
+        return 0
+    return run_ci(repo, pipeline, args.report or scratch_root() / "ci-report")

@@ -1,0 +1,312 @@
+"""CI's own runner: the pipeline table, the schedule it makes, the measurements and the verdict.
+
+The scheduling runs real processes (tiny shell scripts that record when they ran), so "side
+by side", "after" and "alone" are seen in their timestamps, not assumed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TextIO
+
+import pytest
+from support import REPO, halo
+
+from halo.errors import HaloError
+from halo.junit import read_cases, read_counts
+from halo.workflow import cireport
+from halo.workflow.machine import CpuTimes, Sample, busy_share, mem_used, window
+from halo.workflow.pipeline import Pipeline, Session, load_pipeline, parse_pipeline
+from halo.workflow.runner import run_pipeline, session_env
+from halo.workflow.sessions import nox_sessions
+
+P = Path("ci/pipeline.toml")
+HEAD = "limit_minutes = 60\ntarget_minutes = 35\n"
+
+
+def test_the_committed_pipeline_names_only_real_sessions_and_fits_its_target() -> None:
+    pipeline = load_pipeline(REPO / P, nox_sessions(REPO / "noxfile.py"), P)
+    names = {s.name for s in pipeline.sessions}
+    assert {"setup", "build-cpu", "test-toolchain", "image-check", "test-slurm", "bench"} <= names
+    assert pipeline.session("test-toolchain").budget <= 15  # the issue's bound
+    # Every CI session once: nothing in the table runs a tier or a build twice.
+    assert len([s for s in pipeline.sessions if s.name == "test-toolchain"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("sessions = [", "ci/pipeline.toml: not valid TOML"),
+        (HEAD, "ci/pipeline.toml: sessions: expected a list"),
+        (HEAD + 'sessions = [{ name = "a" }]', "sessions[a].budget: expected a positive number"),
+        (HEAD + 'sessions = [{ name = "a", budget = -1 }]', "expected a positive number"),
+        (HEAD + 'sessions = [{ name = "a", budget = 1, afer = [] }]', "unknown key 'afer'"),
+        (HEAD + 'sessions = [{ name = "a", budget = 1, after = ["b"] }]', "after: no session 'b'"),
+        (
+            HEAD + 'sessions = [{ name = "a", budget = 1 }, { name = "a", budget = 2 }]',
+            "session 'a' appears twice",
+        ),
+        (
+            HEAD
+            + 'sessions = [{ name = "a", budget = 1, after = ["b"] },'
+            + ' { name = "b", budget = 1, after = ["a"] }]',
+            "sessions wait for each other: a -> b -> a",
+        ),
+        (
+            "limit_minutes = 30\ntarget_minutes = 35\nsessions = [{ name = 'a', budget = 1 }]",
+            "target_minutes 35 is over limit_minutes 30",
+        ),
+        (HEAD + 'sessions = [{ name = "zz", budget = 1 }]', "sessions[zz]: the noxfile has no"),
+    ],
+)
+def test_a_broken_table_is_one_line(text: str, line: str) -> None:
+    with pytest.raises(HaloError) as err:
+        parse_pipeline(text, P, frozenset({"a", "b"}))
+    assert line in err.value.message
+    assert "\n" not in err.value.message
+
+
+def test_a_broken_table_is_one_line_and_exit_2_from_the_cli(repo_copy: Path) -> None:
+    (repo_copy / "ci" / "pipeline.toml").write_text(HEAD + 'sessions = [{ name = "lint" }]\n')
+    proc = halo("workflow", "run", "--dry-run", cwd=repo_copy)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "halo: error: ci/pipeline.toml: sessions[lint].budget: expected a positive number of "
+        "minutes, got None"
+    ]
+
+
+class Recorder:
+    """A Launch that runs `sleep S; exit RC` and records each session's start and end."""
+
+    def __init__(self, tmp: Path, plan: Mapping[str, tuple[float, int]]) -> None:
+        self.tmp, self.plan = tmp, plan
+        self.envs: dict[str, Mapping[str, str]] = {}
+
+    def __call__(self, s: Session, env: Mapping[str, str], log: TextIO) -> subprocess.Popen[bytes]:
+        self.envs[s.name] = env
+        secs, rc = self.plan[s.name]
+        stamp = self.tmp / f"{s.name}.times"
+        script = f"date +%s.%N > {stamp}; echo hello from {s.name}; sleep {secs}; date +%s.%N >> {stamp}; exit {rc}"
+        return subprocess.Popen(["sh", "-c", script], stdout=log, stderr=subprocess.STDOUT)
+
+    def times(self, name: str) -> tuple[float, float]:
+        a, b = self.tmp.joinpath(f"{name}.times").read_text().split()
+        return float(a), float(b)
+
+
+def _pipeline(*sessions: Session) -> Pipeline:
+    return Pipeline(tuple(sessions), 60, 35, 1.5)
+
+
+def test_sessions_run_side_by_side_after_what_they_wait_for_and_alone_last(tmp_path: Path) -> None:
+    pipeline = _pipeline(
+        Session("build", 1),
+        Session("lint", 1),
+        Session("tests", 1, after=("build",)),
+        Session("slurm", 1, after=("build",)),
+        Session("bench", 1, alone=True),
+    )
+    rec = Recorder(
+        tmp_path,
+        {
+            "build": (0.4, 0),
+            "lint": (0.6, 0),
+            "tests": (0.6, 0),
+            "slurm": (0.3, 0),
+            "bench": (0.2, 0),
+        },
+    )
+    lines: list[str] = []
+    out = run_pipeline(pipeline, tmp_path / "report", rec, lines.append, base_env={}, poll_s=0.05)
+    assert [o.state for o in out] == ["passed"] * 5
+    build, lint, tests, slurm, bench = (
+        rec.times(n) for n in ("build", "lint", "tests", "slurm", "bench")
+    )
+    assert lint[0] < build[1] and build[0] < lint[1], "independent sessions overlap"
+    assert tests[0] >= build[1] and slurm[0] >= build[1], "after: started only once build ended"
+    assert tests[0] < slurm[1] and slurm[0] < tests[1], "both dependents run side by side"
+    assert bench[0] >= max(lint[1], tests[1], slurm[1]), "alone: after everything else"
+    assert (tmp_path / "report" / "logs" / "tests.log").read_text().strip() == "hello from tests"
+    assert any("start tests (beside" in li for li in lines)
+
+
+def test_a_failed_session_skips_its_dependents_and_shows_its_log_but_others_go_on(
+    tmp_path: Path,
+) -> None:
+    pipeline = _pipeline(
+        Session("build", 1), Session("tests", 1, after=("build",)), Session("lint", 1)
+    )
+    rec = Recorder(tmp_path, {"build": (0.1, 3), "tests": (0.1, 0), "lint": (0.3, 0)})
+    lines: list[str] = []
+    out = run_pipeline(pipeline, tmp_path / "r", rec, lines.append, base_env={}, poll_s=0.05)
+    assert [(o.session.name, o.state, o.rc) for o in out] == [
+        ("build", "failed", 3),
+        ("tests", "skipped", None),
+        ("lint", "passed", 0),
+    ]
+    assert out[1].reason == "build did not pass"
+    assert not (tmp_path / "tests.times").exists()
+    assert "  | hello from build" in lines
+
+
+def test_each_session_gets_its_report_paths_and_its_own_variables(tmp_path: Path) -> None:
+    s = Session("image-check", 1, env=(("DOCKER_HOST", "$ENGINE2"), ("EMPTY", "$NOT_SET_HERE")))
+    env = session_env(
+        s, tmp_path, {"ENGINE2": "unix:///x.sock", "PYTEST_ADDOPTS": "-x", "VIRTUAL_ENV": "/v"}
+    )
+    assert env["DOCKER_HOST"] == "unix:///x.sock"
+    assert "EMPTY" not in env and "VIRTUAL_ENV" not in env
+    assert env["PYTEST_ADDOPTS"] == f"-x --junitxml={tmp_path}/junit/image-check.xml"
+    assert env["HALO_TEST_REPORTS"] == f"{tmp_path}/junit/image-check"
+
+
+STAT = "cpu  {u} 0 {s} {i} {w} 0 0 0 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n"
+
+
+def test_cpu_busy_share_reads_proc_stat() -> None:
+    a = CpuTimes.parse(STAT.format(u=100, s=50, i=800, w=50))
+    b = CpuTimes.parse(STAT.format(u=400, s=150, i=1200, w=50))
+    # 400 busy ticks of 800: half of every core's time.
+    assert busy_share(a, b) == pytest.approx(0.5)
+    assert busy_share(b, b) is None
+    with pytest.raises(ValueError):
+        CpuTimes.parse("intr 1 2 3\n")
+    assert mem_used("MemTotal: 1000 kB\nMemFree: 10 kB\nMemAvailable: 400 kB\n") == 600 * 1024
+    assert CpuTimes.parse(Path("/proc/stat").read_text()).total > 0
+
+
+def _sample(at: float, busy: int, total: int, mem: int = 0, disk: int = 0) -> Sample:
+    return Sample(at, CpuTimes(busy, total), mem, disk)
+
+
+def test_a_window_takes_the_samples_around_a_session() -> None:
+    samples = [
+        _sample(0, 0, 0, 1, 10),
+        _sample(5, 10, 100, 7, 30),
+        _sample(10, 110, 200, 3, 20),
+        _sample(15, 110, 300, 2, 15),
+    ]
+    w = window(samples, 6, 9)  # from the sample at 5 to the one at 10
+    assert w is not None
+    assert w.busy == pytest.approx(1.0) and w.peak_mem == 7 and w.peak_disk == 30
+    whole = window(samples, 0, 15)
+    assert whole is not None and whole.busy == pytest.approx(110 / 300)
+
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="0"
+failures="1" skipped="1" tests="4" time="12.5">
+<testcase classname="tests.toolchain.test_a" name="test_one" time="7.25" />
+<testcase classname="tests.toolchain.test_a.TestK" name="test_two[x]" time="0.5"><failure message="no"/></testcase>
+<testcase classname="tests.cpu.test_b" name="test_three" time="3.0"><skipped message="no gpu"/></testcase>
+<testcase classname="tests.cpu.test_b" name="test_four" time="1.0" />
+</testsuite></testsuites>"""
+
+
+def test_junit_reports_give_counts_cases_and_node_ids(tmp_path: Path) -> None:
+    path = tmp_path / "r.xml"
+    path.write_text(JUNIT)
+    counts = read_counts(path)
+    assert counts is not None and (counts.passed, counts.failures, counts.skipped) == (2, 1, 1)
+    cases = read_cases(path)
+    assert [c.nodeid for c in cases] == [
+        "tests/toolchain/test_a.py::test_one",
+        "tests/toolchain/test_a.py::TestK::test_two[x]",
+        "tests/cpu/test_b.py::test_three",
+        "tests/cpu/test_b.py::test_four",
+    ]
+    assert [c.outcome for c in cases] == ["passed", "failed", "skipped", "passed"]
+    assert read_counts(tmp_path / "absent.xml") is None
+
+
+def _summary(tmp_path: Path, minutes_each: float, limit: float = 60) -> cireport.Summary:
+    report = tmp_path / "report"
+    (report / "junit" / "image-check").mkdir(parents=True, exist_ok=True)
+    (report / "junit" / "test-toolchain.xml").write_text(JUNIT)
+    (report / "junit" / "image-check" / "cpu.xml").write_text(JUNIT.replace("test_a", "test_c"))
+    sessions = (
+        Session("setup", 1, external=True),
+        Session("test-toolchain", 10, args=("-k", "not x")),
+        Session("image-check", 10),
+    )
+    pipeline = Pipeline(sessions, limit, 35, 1.5)
+    t0 = 1000.0
+    outcomes = [
+        cireport.Outcome(sessions[1], "passed", t0 + 60, t0 + 60 + 60 * minutes_each, 0, Path()),
+        cireport.Outcome(sessions[2], "passed", t0 + 60, t0 + 60 + 60 * minutes_each, 0, Path()),
+    ]
+    end = t0 + 60 + 60 * minutes_each
+    samples = [_sample(t0 + 60, 0, 0, 5 << 30, 50 << 30), _sample(end, 50, 100, 9 << 30, 70 << 30)]
+    return cireport.summarize(pipeline, outcomes, samples, report, t0, end, 2, (t0 + 60, 0.25))
+
+
+def test_the_table_counts_every_report_and_lists_the_slowest_tests(tmp_path: Path) -> None:
+    summary = _summary(tmp_path, 12)
+    text = cireport.render(summary)
+    assert summary.minutes == pytest.approx(13)
+    setup, toolchain, image = summary.rows
+    assert (setup.state, setup.minutes, setup.busy) == ("external", pytest.approx(1), 0.25)
+    assert (toolchain.passed, toolchain.failed, toolchain.skipped) == (2, 1, 1)
+    assert image.passed == 2  # the tier's report under junit/image-check/
+    assert summary.tests == 8 and len(summary.test_ids) == 6  # tests/cpu in both
+    assert summary.slowest[0] == cireport.Slow(
+        "test-toolchain", "tests/toolchain/test_a.py::test_one", 7.25
+    )
+    assert "test-toolchain -k not x" in text and "2 passed (1 failed, 1 skipped)" in text
+    assert "peak disk 20.0 GiB above the start" in text
+    assert "the 8 slowest tests" in text
+
+
+def test_the_verdict_warns_past_one_and_a_half_budgets_and_fails_past_the_limit(
+    tmp_path: Path,
+) -> None:
+    warnings, failure = cireport.verdict(_summary(tmp_path, 12), 1.5)
+    assert warnings == [] and failure is None
+    warnings, failure = cireport.verdict(_summary(tmp_path, 16, limit=15), 1.5)
+    assert warnings == [
+        "warning: test-toolchain took 16.0 min, over 1.5x its budget of 10 min (ci/pipeline.toml)",
+        "warning: image-check took 16.0 min, over 1.5x its budget of 10 min (ci/pipeline.toml)",
+    ]
+    assert failure == (
+        "CI took 17.0 min, over its 15-minute limit; sessions over budget (minutes/budget): "
+        "test-toolchain 16.0/10, image-check 16.0/10"
+    )
+
+
+def test_a_kept_run_is_compared_with_the_next(tmp_path: Path) -> None:
+    first = _summary(tmp_path, 12)
+    history = tmp_path / "history"
+    history.mkdir()
+    (history / "ci-1.json").write_text(cireport.to_json(first))
+    (history / "ci-0.json").write_text("{not json")
+    again = cireport.from_json(cireport.to_json(first))
+    assert again == first
+    later = cireport.Summary(**{**json.loads(cireport.to_json(first)), "started": first.started + 1,
+                                "rows": first.rows, "slowest": first.slowest,
+                                "test_ids": first.test_ids})  # fmt: skip
+    last = cireport.latest(history, later.started)
+    assert last == first
+    assert "last run" in cireport.render(later, last)
+
+
+def test_the_runner_end_to_end_through_nox_with_a_real_session(repo_copy: Path) -> None:
+    """`halo workflow run --only docs ci-render`: real nox sessions, the table, the files."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "halo", "workflow", "run", "--only", "docs", "ci-render",
+         "--report", str(repo_copy / "rep")],
+        cwd=repo_copy, capture_output=True, text=True, check=False,
+        env={**__import__("os").environ, "XDG_CACHE_HOME": str(repo_copy / "cache"),
+             "HALO_CI_STARTED": str(time.time() - 30)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "start docs" in proc.stderr and "ok   ci-render --check" in proc.stderr
+    assert "setup" in proc.stdout and "whole run" in proc.stdout
+    summary = cireport.from_json((repo_copy / "rep" / "summary.json").read_text())
+    assert [r.session for r in summary.rows] == ["setup", "ci-render", "docs"]
+    assert summary.minutes >= 0.5  # the 30 s of "setup" before it count
+    assert list((repo_copy / "cache" / "halo" / "ci-runs").glob("ci-*.json"))
