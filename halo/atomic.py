@@ -58,3 +58,19 @@ def staged_dir(final: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+@contextlib.contextmanager
+def exclusive(lock_file: Path) -> Iterator[None]:
+    """Hold an exclusive flock on ``lock_file`` (made if needed) for the block.
+
+    Work that two processes of one run may start at once (the same base, derivation or build
+    context) is done by the first; the second waits, then finds it done. The kernel drops the
+    lock when its holder dies, so a killed build never leaves a stale one.
+    """
+    import fcntl
+
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with lock_file.open("a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        yield

@@ -19,7 +19,6 @@ stamp matches, made again when anything in the identity changes.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -28,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from halo.atomic import write_text
+from halo.atomic import exclusive, write_text
 from halo.errors import HaloError
 from halo.hashing import sha256_file, sha256_json
 from halo.pins.lockfile import Artifact, Lock, normalize
@@ -190,8 +189,7 @@ def builder_venv(tc: Toolchain, store: Store, patches_dir: Path, workdir: Path) 
     venv = builders_root() / key[:16]
     venv.parent.mkdir(parents=True, exist_ok=True)
     # One installer at a time: two builds on this host wait for one venv, not fight over it.
-    with (venv.parent / f"{venv.name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with exclusive(venv.parent / f"{venv.name}.lock"):
         if not _stamped(venv, key):
             _install(tc, key, venv, store, patches_dir, workdir)
     return venv

@@ -20,6 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from halo.atomic import exclusive
 from halo.errors import HaloError
 from halo.hashing import sha256_bytes, sha256_file, sha256_json
 from halo.images.catalog import Base
@@ -286,14 +287,27 @@ def make_rootfs(base: Base, lock: DebLock, store: object, out: Path, epoch: int)
 def make_base(base: Base, repo: Path, docker: Docker, workdir: Path) -> BaseState:
     """Make (or find) a base on this machine: fetch its .debs (the only network step), then
     make it offline from the store."""
-    from halo.paths import store_root
-    from halo.store.store import Store
-
     state = base_state(base, repo, docker)
     if state.image_id:
         say(f"base {base.name}: present ({state.ref}, {state.image_id[:19]})")
         return state
     docker.ping()  # "not here" must not be an engine that does not answer
+    # Two builds of one run may need the same base at once: the first makes it, the second
+    # waits and finds it (per engine).
+    from halo.paths import cache_home, per_engine
+
+    with exclusive(per_engine(cache_home() / "locks") / f"base-{base.name}.lock"):
+        state = base_state(base, repo, docker)
+        if state.image_id:
+            say(f"base {base.name}: present ({state.ref}, {state.image_id[:19]})")
+            return state
+        return _make(base, repo, docker, workdir, state)
+
+
+def _make(base: Base, repo: Path, docker: Docker, workdir: Path, state: BaseState) -> BaseState:
+    from halo.paths import store_root
+    from halo.store.store import Store
+
     lock = checked_lock(base, repo)
     store = Store(store_root())
     fetch_debs(lock, store)

@@ -11,7 +11,6 @@ machine; `halo image verify` rebuilds from scratch and compares.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import tempfile
 import time
 from collections.abc import Iterator
@@ -98,13 +97,13 @@ def rehash_for_push(repo: Path, image: Image) -> None:
 @contextlib.contextmanager
 def _exclusive(path: Path) -> Iterator[None]:
     """One build of an image at a time per context (two would overwrite each other's files)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fh = path.open("a")
-    except OSError as exc:
-        raise os_error(exc, path, "write the build context") from None
-    with fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+    from halo.atomic import exclusive
+
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(exclusive(path))
+        except OSError as exc:
+            raise os_error(exc, path, "write the build context") from None
         yield
 
 

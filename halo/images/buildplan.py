@@ -18,7 +18,7 @@ from halo.images.base import BaseState, base_ref, base_state, recipe_hash, sourc
 from halo.images.catalog import Base, Catalog, Image
 from halo.images.docker import Builder, Docker, build_argv
 from halo.images.inputs import Inputs, image_inputs
-from halo.paths import cache_home
+from halo.paths import cache_home, per_engine
 
 if TYPE_CHECKING:
     from halo.images.derivations import Derivation
@@ -126,8 +126,9 @@ def labels(image: Image, inputs: Inputs) -> dict[str, str]:
 
 
 def context_dir(image: Image) -> Path:
-    """The image's build context: one fixed path, updated in place (halo.images.context)."""
-    return cache_home() / "contexts" / image.name
+    """The image's build context: one fixed path per engine, updated in place
+    (halo.images.context)."""
+    return per_engine(cache_home() / "contexts") / image.name
 
 
 @dataclass(frozen=True)

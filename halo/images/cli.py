@@ -82,6 +82,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("out", metavar="OUT", type=Path)
     p.set_defaults(func=_export)
 
+    p = isub.add_parser(
+        "size",
+        help="measure an image's compressed size: push it by digest to a registry (a local one) "
+        "and sum its manifest's layers",
+    )
+    p.add_argument("names", nargs="+", metavar="NAME")
+    p.add_argument(
+        "--registry", help="HOST[/PREFIX] to push to (default: $HALO_TEST_REGISTRY, a local one)"
+    )
+    p.set_defaults(func=_size)
+
     from halo.images import publish_cli
 
     publish_cli.register(isub)  # stage, promote, push, verify-public, ecr-public-login
@@ -217,6 +228,32 @@ def _kernels(args: argparse.Namespace) -> int:
         )
         return 0
     print(table(("image", "source", "derivation", "from", "compile", "wheel"), rows))
+    return 0
+
+
+def _size(args: argparse.Namespace) -> int:
+    import os
+
+    from halo.errors import HaloError
+    from halo.images.catalog import load_catalog
+    from halo.images.size import measure
+    from halo.paths import find_repo
+    from halo.report import human_bytes, say, table
+
+    registry = args.registry or os.environ.get("HALO_TEST_REGISTRY", "")
+    if not registry:
+        raise HaloError(
+            "halo image size: no registry: give --registry HOST or set HALO_TEST_REGISTRY"
+        )
+    repo = find_repo()
+    catalog = load_catalog(repo)
+    images = [catalog.image(n) for n in args.names]  # every name checked before any push
+    rows = []
+    for image in images:
+        m = measure(repo, image, registry, say)
+        rows.append((m.ref, m.layers, human_bytes(m.compressed), human_bytes(m.on_disk),
+                     m.digest[:19]))  # fmt: skip
+    print(table(("image", "layers", "compressed (pushed)", "on disk", "digest"), rows))
     return 0
 
 

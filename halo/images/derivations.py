@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Protocol
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
+from halo.atomic import exclusive
 from halo.builder.kind import builder_kind
 from halo.builder.record import Compile, DerivationRecord, read_record, write_record
 from halo.builder.toolchain import (
@@ -232,7 +233,14 @@ def realise(drv: Derivation, r: Realiser) -> Realised:
         )
         wheel = _named(r.store, record.sha256, record.wheel, r.workdir)
         return Realised(drv.name, drv_hash, wheel, record.sha256, origin)
-    return _build(drv, inputs, drv_hash, r)
+    # Two builds of one run may need the same derivation at once: the first compiles it, the
+    # second waits for its record instead of compiling it again.
+    from halo.paths import cache_home
+
+    with exclusive(cache_home() / "locks" / f"drv-{drv_hash[:32]}.lock"):
+        if read_record(r.store, drv_hash) is not None:
+            return realise(drv, r)
+        return _build(drv, inputs, drv_hash, r)
 
 
 @contextlib.contextmanager

@@ -32,6 +32,13 @@ def halo(
     )
 
 
+def built_ref(stdout: str, repository: str = "halo", image: str = "cpu") -> str:
+    """The immutable reference in `halo image build`'s result table (REPOSITORY:IMAGE-HASH):
+    tests name it, never the moving tag, which builds side by side may move."""
+    row = next(li for li in stdout.splitlines() if li.startswith(f"{repository}:{image} "))
+    return f"{repository}:{row.split()[1]}"
+
+
 def tree_listing(root: Path) -> list[str]:
     return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) if root.exists() else []
 

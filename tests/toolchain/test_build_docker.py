@@ -19,13 +19,14 @@ import subprocess
 import sys
 import tempfile
 import threading
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from dockerd import PrivateEngine
-from support import REPO, docker_or_skip, halo, linked_store
+from support import REPO, built_ref, docker_or_skip, halo, linked_store
 
 from halo.images.base import DEFAULT_EPOCH, base_ref
 from halo.images.catalog import load_catalog
@@ -44,28 +45,29 @@ def docker() -> Docker:
     return docker_or_skip()
 
 
-def _built_ref(stdout: str, repository: str = "halo") -> str:
-    """The immutable reference in `halo image build`'s result table."""
-    row = next(li for li in stdout.splitlines() if li.startswith(f"{repository}:cpu "))
-    return f"{repository}:{row.split()[1]}"
-
-
 @pytest.fixture(scope="module")
 def cpu_built(docker: Docker) -> str:
     """halo:cpu from the real checkout (a no-op when CI's build-cpu ran first); its immutable ref."""
     proc = halo("image", "build", "cpu", cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return _built_ref(proc.stdout)
+    return built_ref(proc.stdout)
 
 
 @pytest.fixture
 def test_repo(repo_copy: Path, docker: Docker) -> Iterator[Path]:
-    """A checkout whose images are tagged halo-test:*, so halo:cpu is never moved by a test."""
+    """A checkout whose images are tagged under a repository of its own (halo-test-XXXXXXXX),
+    so halo:cpu is never moved by a test and tests side by side never remove each other's."""
+    name = f"halo-test-{uuid.uuid4().hex[:8]}"
     catalog = repo_copy / "images" / "images.yaml"
-    catalog.write_text(catalog.read_text().replace("repository: halo\n", "repository: halo-test\n"))
+    catalog.write_text(catalog.read_text().replace("repository: halo\n", f"repository: {name}\n"))
     yield repo_copy
-    for ref in docker.refs("halo-test"):
+    for ref in docker.refs(name):
         docker.remove(ref)
+
+
+def _repository(repo: Path) -> str:
+    """The repository test_repo gave the copy's cpu image."""
+    return load_catalog(repo).image("cpu").repository
 
 
 def _touch_halo(repo: Path, text: str) -> None:
@@ -107,13 +109,14 @@ def test_a_push_recomputes_the_input_hash_and_refuses_a_stale_image(
 ) -> None:
     """The moving tag points at an image whose label says another hash: a push that read the
     label would publish it as if it were this checkout's."""
-    docker.tag(cpu_built, "halo-test:cpu")
+    name = _repository(test_repo)
+    docker.tag(cpu_built, f"{name}:cpu")
     _touch_halo(test_repo, "push test")
     proc = halo("image", "push", "cpu", "--registry", "127.0.0.1:9/halo-test", cwd=test_repo)
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert re.fullmatch(
-        r"halo: error: halo-test:cpu-[0-9a-f]{12}: not built here for the checkout's inputs; "
+        rf"halo: error: {name}:cpu-[0-9a-f]{{12}}: not built here for the checkout's inputs; "
         r"run `halo image build cpu` first",
         line,
     ), line
@@ -126,11 +129,11 @@ def test_changing_halo_rebuilds_only_the_last_layer_and_ships_the_change(
     _touch_halo(test_repo, "layer test A")
     first = halo("image", "build", "cpu", cwd=test_repo)
     assert first.returncode == 0, first.stderr[-2000:]
-    a = _built_ref(first.stdout, "halo-test")
+    a = built_ref(first.stdout, _repository(test_repo))
     _touch_halo(test_repo, "layer test B")
     second = halo("image", "build", "cpu", cwd=test_repo)
     assert second.returncode == 0, second.stderr[-2000:]
-    b = _built_ref(second.stdout, "halo-test")
+    b = built_ref(second.stdout, _repository(test_repo))
     before, after = docker.layers(a), docker.layers(b)
     print("layers before:", *before, sep="\n  ")
     print("layers after:", *after, sep="\n  ")
@@ -172,7 +175,7 @@ def test_a_corrupt_store_entry_fails_the_build_naming_the_fix_which_then_repairs
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"halo: error: {victim.file}: store entry corrupted and not replaced ")
-    assert docker.refs("halo-test") == []
+    assert docker.refs(_repository(test_repo)) == []
     fix = re.search(r"run `halo ([^`]+)`", last)
     assert fix is not None and fix.group(1) == "fetch cpu", last
     # The command it names, with the index back, repairs the entry and says so.
@@ -263,7 +266,7 @@ def test_an_artifact_missing_from_the_store_fails_the_build_naming_it(
         last
     )
     assert "iniconfig" in last
-    assert docker.refs("halo-test") == []
+    assert docker.refs(_repository(test_repo)) == []
 
 
 def test_the_build_command_is_offline(tmp_path: Path) -> None:
@@ -447,17 +450,20 @@ def private_cpu(
     top = tmp_path_factory.mktemp("private")
     watch = DiskWatch(Path(tempfile.gettempdir()))
     try:
-        # The base is an input, pinned by its image ID: carried over as it is, like a pull.
-        base = base_ref(catalog.bases[image.base], REPO)
-        save = subprocess.Popen([docker.exe, "save", base], stdout=subprocess.PIPE)
-        load = subprocess.run(
-            [docker.exe, "load"],
-            stdin=save.stdout,
-            env={**os.environ, **engine.env},
-            capture_output=True,
-            check=False,
-        )
-        assert save.wait() == 0 and load.returncode == 0, load.stderr
+        # The base is an input, pinned by its image ID: carried over as it is, like a pull. So
+        # is the checkout's halo:cpu, by its immutable tag: the image `halo image verify` there
+        # compares its own build from scratch with (a copy costs I/O, a cold build minutes of
+        # CPU: this is the run's one cold build after build-cpu's).
+        for ref in (base_ref(catalog.bases[image.base], REPO), cpu_built):
+            save = subprocess.Popen([docker.exe, "save", ref], stdout=subprocess.PIPE)
+            load = subprocess.run(
+                [docker.exe, "load"],
+                stdin=save.stdout,
+                env={**os.environ, **engine.env},
+                capture_output=True,
+                check=False,
+            )
+            assert save.wait() == 0 and load.returncode == 0, load.stderr
         linked_store(top / "store", lock.artifacts)
         env = {**engine.env, "HALO_STORE": str(top / "store"), "XDG_CACHE_HOME": str(top / "cache")}
         yield Private(env, need, docker.exe)
@@ -471,16 +477,18 @@ def private_cpu(
 def test_same_inputs_give_the_same_image_id_in_another_engine_from_a_fresh_store(
     cpu_built: str, docker: Docker, private_cpu: Private
 ) -> None:
-    """halo:cpu built again in the private engine from a fresh store gives the image ID of the
-    checkout's halo:cpu, however that was built (in CI: by build-cpu, in the shared engine,
-    from its own store). This build runs under another umask, as a build host's user may: the
-    context's folders were once made with it, and `cp -R` carried their modes into the image."""
+    """`halo image verify cpu` in the private engine: halo:cpu built there from scratch (no layer
+    cache, a fresh store) gives the image ID of the checkout's halo:cpu, however that was built
+    (in CI: by build-cpu, in the shared engine, from its own store), which was carried over.
+    This build runs under another umask, as a build host's user may: the context's folders were
+    once made with it, and `cp -R` carried their modes into the image."""
     expected = docker.image_id(cpu_built)
     assert expected
-    there = halo("image", "build", "cpu", cwd=REPO, env=private_cpu.env, umask=0o027)
-    assert there.returncode == 0, there.stderr[-3000:]
-    assert "Successfully installed" in there.stderr and "torch-" in there.stderr
-    assert _built_ref(there.stdout) == cpu_built
+    there = halo("image", "verify", "cpu", cwd=REPO, env=private_cpu.env, umask=0o027)
+    assert there.returncode == 0, there.stdout + there.stderr[-3000:]
+    assert "Successfully installed" in there.stderr and "torch-" in there.stderr, "built there"
+    row = next(li for li in there.stdout.splitlines() if li.startswith("halo:cpu "))
+    assert row.split()[1:4] == [expected[:19], expected[:19], "same"], there.stdout
     there_id = subprocess.run(
         [docker.exe, "image", "inspect", "--format", "{{.Id}}", cpu_built],
         env={**os.environ, **private_cpu.env},

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import REPO, docker_or_skip, halo
+from support import REPO, built_ref, docker_or_skip, halo
 
 from halo.images.docker import Docker
 
@@ -154,7 +154,7 @@ def cpu_sqsh(docker: Docker, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     moving tag may move meanwhile (another checkout's build)."""
     proc = halo("image", "build", "cpu", cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    image_id = docker.image_id("halo:cpu")
+    image_id = docker.image_id(built_ref(proc.stdout))
     assert image_id
     return image_id, export(image_id, "sqsh", tmp_path_factory.mktemp("cpu") / "halo-cpu.sqsh")
 

@@ -1,8 +1,8 @@
 """Ship what was tested, end to end, with the real halo:cpu and a real registry.
 
 build → stage by digest → a test step pulls that digest and runs the cpu tier in it →
-promote that digest → both tags serve it; a second fresh build of the same inputs is
-"already published"; a forged label under the immutable tag is refused. Then `make train`
+promote that digest → both tags serve it; the same inputs staged again are "already
+published"; a forged label under the immutable tag is refused. Then `make train`
 trains in the image, through the same docker flags as the tiers.
 """
 
@@ -68,8 +68,9 @@ def _stage(ns: Namespace, staging: str, tmp_path: Path) -> str:
     return ns.remember(ref)
 
 
-# Two builds of halo:cpu, the cpu tier, and a file-by-file comparison of two 5 GB stacks.
+# halo:cpu staged, the cpu tier in the staged digest, promoted, pushed, verified anonymously.
 @pytest.mark.timeout(3600)
+@pytest.mark.xdist_group("stage-halo-cpu")  # see test_no_secret: one compression of the stack
 def test_build_once_test_that_digest_publish_that_digest(
     ns: Namespace, docker: Docker, tmp_path: Path
 ) -> None:
@@ -115,13 +116,9 @@ def test_build_once_test_that_digest_publish_that_digest(
     assert _config_digest(pushed_to, "cpu") == _config_digest(release, "cpu") == local_id
     assert pushed.stdout.count("pulls anonymously") == 2
 
-    # A second fresh build of the same inputs (no layer cache: what a new runner does), made
-    # by `halo image verify`: it rebuilds from scratch and compares image IDs.
-    rebuilt = halo("image", "verify", "cpu", cwd=REPO)
-    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr[-2000:]
-    assert "Successfully installed" in rebuilt.stderr, "verify rebuilds from scratch"
-    row = next(li for li in rebuilt.stdout.splitlines() if li.startswith("halo:cpu "))
-    assert row.split()[1:4] == [local_id[:19], local_id[:19], "same"]
+    # The same inputs staged again (a rebuild from scratch gives the same image ID: the
+    # second engine's `halo image verify` in test_build_docker proves it, with the run's one
+    # cold build): promote finds the release already published and moves nothing.
     assert local_image_for_inputs(REPO, CPU)[0] == local_ref
     again = _stage(ns, staging, tmp_path)
     second = halo("image", "promote", "cpu", "--from", again, "--registry", release, cwd=REPO)
