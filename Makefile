@@ -9,8 +9,13 @@ METHOD ?= sft
 NPROC ?= 8
 IMAGE ?= halo:blackwell
 EXTRA ?=
-# Where the tiers' and jobs' /scratch lives (halo.paths.scratch_root).
-SCRATCH = $(or $(HALO_SCRATCH),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/halo/scratch)
+# make train's credentials, as docker run's --env-file and a read-only ~/.aws, each only when
+# it exists; set one empty to drop it (CI sets both empty). Only paths reach the command line.
+ENV_FILE ?= .env
+AWS_DIR ?= ~/.aws
+# Where the tiers' and jobs' /scratch lives: $HALO_SCRATCH, else the large local volume that
+# `halo paths scratch` finds (halo.scratch).
+SCRATCH = $(or $(HALO_SCRATCH),$(shell $(HALO) paths scratch))
 # make push-public-*: where (default $HALO_REGISTRY, e.g. public.ecr.aws/ALIAS).
 REGISTRY ?=
 
@@ -100,7 +105,7 @@ ci-render: ## regenerate the CI workflow from ci/matrix.yaml
 	$(NOX) -s ci-render
 train: ## train inside IMAGE: CONFIG=… [METHOD=sft NPROC=8 IMAGE=halo:blackwell EXTRA="--k=v …"]
 	$(if $(CONFIG),,$(error make train: CONFIG=path/to/config.yaml is required))
-	$(shell $(HALO) run --print $(IMAGE) -- halo launch $(METHOD) $(CONFIG) --nproc $(NPROC) $(if $(EXTRA),-- $(EXTRA)) || echo false)
+	$(shell $(HALO) run --print --env-file '$(ENV_FILE)' --aws-dir '$(AWS_DIR)' $(IMAGE) -- halo launch $(METHOD) $(CONFIG) --nproc $(NPROC) $(if $(EXTRA),-- $(EXTRA)) || echo false)
 seed-hf-cache: ## fill the HF cache the tiers mount (HALO_SCRATCH/hf) from LIST=models.toml [FROM=dir]
 	$(if $(LIST),,$(error make seed-hf-cache: LIST=path/to/list.toml is required))
 	$(HALO) hf-cache seed $(LIST) --cache $(SCRATCH)/hf/hub $(if $(FROM),--from $(FROM))

@@ -33,6 +33,7 @@ COMMANDS = {
     "run": "halo.devtools.cli",
     "docs": "halo.devtools.cli",
     "clean": "halo.devtools.cli",
+    "paths": "halo.devtools.cli",
     "launch": "halo.train.cli",
     "preflight": "halo.train.cli",
     "export": "halo.train.cli",

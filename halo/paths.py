@@ -8,6 +8,12 @@ from pathlib import Path
 
 from halo.errors import HaloError
 
+# The host's own folders live below this module (the trainer imports them; it may not import
+# what Layout reaches); re-exported here, where the rest of Halo has always found them.
+from halo.scratch import cache_home as cache_home
+from halo.scratch import scratch_choice as scratch_choice
+from halo.scratch import scratch_root as scratch_root
+
 REPO_MARKERS = ("images/images.yaml", "pins")
 
 
@@ -24,10 +30,6 @@ def find_repo(start: Path | None = None) -> Path:
     raise HaloError(
         f"{here}: not inside a Halo checkout (no images/images.yaml above it); set HALO_REPO"
     )
-
-
-def cache_home() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "halo"
 
 
 @dataclass(frozen=True)
@@ -74,5 +76,3 @@ def venvs_root(explicit: Path | None = None) -> Path:
     return scratch_root() / "stacks"
 
 
-def scratch_root() -> Path:
-    return Path(os.environ.get("HALO_SCRATCH") or cache_home() / "scratch")

@@ -1,14 +1,19 @@
-"""`halo clean`: drop caches and test scratch; never a checkpoint.
+"""`halo clean`: drop caches, test scratch and trackers' local files; never a checkpoint.
 
 Removed: the checkout's tool caches (`__pycache__`, `.pytest_cache`, `.ruff_cache`, `build/`,
 `dist/`, `*.egg-info`) and, under $HALO_SCRATCH, what tiers and tests leave (`reports/`,
-`tmp/`, `home/`, `export/`). Kept, always: every checkpoint inside those, recognised by what
-it is, not by where it lies (a folder holding a trainer's checkpoint record, `meta.json`; one
-being written or set aside, named as the trainer names them; a job folder a run holds the
+`tmp/`, `home/`, `export/`). Then the trackers' local files, anywhere in the checkout (`runs/`
+included) and in scratch, outside checkpoints: W&B's `wandb/` folders (recognised by what
+wandb writes there: `latest-run`, `debug.log`, `run-…`/`offline-run-…` folders; a Python
+package named wandb is not one) and TensorBoard's event files (`events.out.tfevents.*`; the
+folder holding them when it holds nothing else, else the files alone, so that a run's
+`metrics.jsonl` beside them stays). Kept, always: every checkpoint inside those, recognised by
+what it is, not by where it lies (a folder holding a trainer's checkpoint record, `meta.json`;
+one being written or set aside, named as the trainer names them; a job folder a run holds the
 lock of; a folder named `checkpoints`),
-with the folders above it; the seeded Hugging Face cache (`hf/`), `runs/`, and the nox
-environments (`.nox/`: slow to rebuild; delete it by hand if you mean to). The dry run lists
-exactly what a run removes and what it keeps.
+with the folders above it; the seeded Hugging Face cache (`hf/`), the rest of `runs/`, and the
+nox environments (`.nox/`: slow to rebuild; delete it by hand if you mean to). The dry run
+lists exactly what a run removes and what it keeps.
 """
 
 from __future__ import annotations
@@ -31,6 +36,14 @@ RECORD = "meta.json"
 # A job folder a run is using holds the run's lock (halo.train.joblock.LOCK_NAME): all of it
 # stays, the checkpoint being written and the lock included.
 JOB_LOCK = ".halo-run.lock"
+# The trackers' local files. wandb's folder holds these (wandb/sdk/lib/filenames and its run
+# folder names); TensorBoard's SummaryWriter names every event file so.
+WANDB = "wandb"
+_WANDB_ENTRY = re.compile(r"latest-run|debug(-internal)?\.log|(offline-)?run-\d{8}_\d{6}-\w+")
+_TFEVENTS = re.compile(r"events\.out\.tfevents\..+")
+# Not searched for trackers' files: version control, environments, and in scratch the seeded
+# caches and the stacks' venvs (large, and a venv's site-packages/wandb is a package).
+_SKIP_TRACKERS = {".git", ".nox", ".venv", "node_modules", "hf", "stacks"}
 
 
 def has_checkpoint_record(folder: Path) -> bool:
@@ -102,6 +115,55 @@ def _delete(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def is_wandb_folder(folder: Path) -> bool:
+    """A folder wandb wrote (its run folders, logs, latest-run link), not a package named so."""
+    if folder.name != WANDB or (folder / "__init__.py").exists():
+        return False
+    return any(_WANDB_ENTRY.fullmatch(child.name) for child in folder.iterdir())
+
+
+def _only_events(folder: Path) -> bool:
+    """TensorBoard's folder: event files, and nothing else but folders of the same kind (a
+    writer's log_dir with its eval/ beside); a folder that only holds such folders is not
+    one (it is where someone keeps them)."""
+    found = False
+    for child in folder.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            if not _only_events(child):
+                return False
+        elif _TFEVENTS.fullmatch(child.name) and not child.is_symlink():
+            found = True
+        else:
+            return False
+    return found
+
+
+def tracker_files(roots: list[Path]) -> list[Path]:
+    """wandb folders and TensorBoard event folders (or files) under ``roots``, none inside a
+    checkpoint, a Python environment or a folder in _SKIP_TRACKERS."""
+    found: list[Path] = []
+    stack = [r for r in roots if r.is_dir() and not r.is_symlink()]
+    while stack:
+        folder = stack.pop()
+        events = []
+        for child in sorted(folder.iterdir()):
+            if child.is_symlink():
+                continue
+            if child.is_dir():
+                if child.name in _SKIP_TRACKERS or (child / "pyvenv.cfg").exists():
+                    continue
+                if is_checkpoint(child):
+                    continue  # nothing inside a checkpoint is ours to judge
+                if is_wandb_folder(child) or _only_events(child):
+                    found.append(child)
+                else:
+                    stack.append(child)
+            elif _TFEVENTS.fullmatch(child.name):
+                events.append(child)
+        found += events  # beside other files (a run's metrics.jsonl): the event files alone
+    return sorted(found)
+
+
 def targets(repo: Path, scratch: Path) -> list[Path]:
     found = [repo / name for name in REPO_CACHES if os.path.lexists(repo / name)]
     stack = [repo]
@@ -115,6 +177,10 @@ def targets(repo: Path, scratch: Path) -> list[Path]:
             elif child not in found:
                 stack.append(child)
     found += [scratch / name for name in SCRATCH_CACHES if os.path.lexists(scratch / name)]
+    # Trackers' files not already inside a cache that goes whole.
+    for path in tracker_files([repo, scratch]):
+        if path not in found and not any(f in path.parents for f in found):
+            found.append(path)
     return sorted(found)
 
 

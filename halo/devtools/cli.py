@@ -1,4 +1,4 @@
-"""`halo run IMAGE -- CMD…`, `halo docs check`, `halo clean`."""
+"""`halo run IMAGE -- CMD…`, `halo docs check`, `halo clean`, `halo paths scratch`."""
 
 from __future__ import annotations
 
@@ -18,6 +18,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--network", default="host", help="docker network (default: host)")
     p.add_argument(
+        "--env-file",
+        metavar="PATH",
+        help="passed as docker's --env-file when it exists ('' for none; default: the "
+        "checkout's .env); only its path is shown, never its values",
+    )
+    p.add_argument(
+        "--aws-dir",
+        metavar="DIR",
+        help="mounted read-only as the container's ~/.aws when it exists ('' for none; "
+        "default: ~/.aws)",
+    )
+    p.add_argument(
         "--print",
         dest="print_only",
         action="store_true",
@@ -34,6 +46,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("clean", help="remove caches and test scratch (never checkpoints)")
     p.add_argument("--dry-run", action="store_true", help="list what would go")
     p.set_defaults(func=_clean)
+
+    paths = sub.add_parser("paths", help="where Halo keeps things on this host")
+    psub = paths.add_subparsers(dest="paths_command", metavar="WHAT", required=True)
+    p = psub.add_parser(
+        "scratch",
+        help="the scratch folder: $HALO_SCRATCH, else found on the largest local volume",
+    )
+    p.add_argument("--why", action="store_true", help="also print why this folder")
+    p.set_defaults(func=_paths_scratch)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -63,6 +84,8 @@ def _run(args: argparse.Namespace) -> int:
         network=args.network,
         workspace_writable=True,  # a job writes its outputs next to its config
         credentials=True,
+        env_file=args.env_file,
+        aws_dir=args.aws_dir,
         offline=False,
     )
     if args.print_only:
@@ -105,4 +128,14 @@ def _clean(args: argparse.Namespace) -> int:
         f"clean: {len(gone)} paths {verb}, {len(kept)} checkpoint folders kept; "
         "checkpoints are never removed"
     )
+    return 0
+
+
+def _paths_scratch(args: argparse.Namespace) -> int:
+    from halo.paths import scratch_choice
+
+    choice = scratch_choice()  # a fallback's reason goes to stderr, as for every command
+    print(choice.path)
+    if args.why:
+        print(f"why: {choice.why}")
     return 0

@@ -10,7 +10,10 @@ Shared by the test tiers, `halo example` and `make train` (`halo run`):
   and a 64 MiB stack (NCCL and RDMA pin memory), CUDA_DEVICE_MAX_CONNECTIONS=1 (overlapping
   communication and compute with FSDP needs kernels issued in order).
 - credentials only when asked (a training job) and never in CI: `--env-file .env` and
-  `~/.aws` (read-only), each only when present. Nothing else from the host's environment.
+  `~/.aws` (read-only, at the container's $HOME/.aws, where boto3 and the AWS CLI look), each
+  only when present; a run may name other ones or none (`make train ENV_FILE= AWS_DIR=`).
+  Only their paths reach the command line, never what they hold. Nothing else from the
+  host's environment.
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ class RunSpec:
     mounts: Sequence[tuple[Path, str, bool]] = ()  # (host, container, read_only)
     workspace_writable: bool = False
     credentials: bool = False  # .env and ~/.aws, when present and not in CI
+    # With credentials: the env file and AWS folder to pass (None: the checkout's .env and
+    # ~/.aws; "": none). A relative path is the caller's, "~" is expanded.
+    env_file: str | None = None
+    aws_dir: str | None = None
     offline: bool = True  # HF_HUB_OFFLINE=1: tiers read only what is cached
     fabric: str = "none"  # a key of FABRICS; only GPU runs talk NCCL
     cuda_devices: str = "all"  # "all" or a comma list of GPU indices
@@ -139,14 +146,22 @@ def docker_run_args(
     for host, target, read_only in spec.mounts:
         args += ["-v", f"{host}:{target}{':ro' if read_only else ''}"]
     if spec.credentials and not in_ci():
-        if (repo / ".env").is_file():
-            args += ["--env-file", str(repo / ".env")]
-        aws = (home or Path.home()) / ".aws"
-        if aws.is_dir():
-            args += ["-v", f"{aws}:{SCRATCH}/home/.aws:ro"]
+        env_file = _credential_path(spec.env_file, repo / ".env")
+        if env_file is not None and env_file.is_file():
+            args += ["--env-file", str(env_file)]
+        aws = _credential_path(spec.aws_dir, (home or Path.home()) / ".aws")
+        if aws is not None and aws.is_dir():
+            # $HOME/.aws: the user the run has (the host's) cannot read root's /root/.aws.
+            args += ["-v", f"{aws}:{container_env(spec)['HOME']}/.aws:ro"]
     for k, v in sorted(container_env(spec).items()):
         args += ["-e", f"{k}={v}"]
     return [*args, spec.image, *spec.argv]
+
+
+def _credential_path(given: str | None, default: Path) -> Path | None:
+    if given is None:
+        return default
+    return Path(given).expanduser().absolute() if given else None
 
 
 def is_gpu_image(ref: str) -> bool:

@@ -1,4 +1,5 @@
-"""Checks before any training starts: paths, writability, base model, devices, free disk.
+"""Checks before any training starts: paths, writability, base model, devices, free disk
+(and a warning when the scratch volume is smaller than the checkpoints).
 
 Each check is data in, a row out; `run()` gathers them and fails with every problem at once.
 """
@@ -8,11 +9,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from halo.errors import HaloError
 from halo.report import human_bytes
+from halo.scratch import scratch_choice
 from halo.train.config import Config
 
 
@@ -21,6 +25,7 @@ class Check:
     name: str
     ok: bool
     detail: str
+    warn: bool = False  # passes, but `failures` says it on stderr (the detail says why)
 
 
 def _existing_ancestor(path: Path) -> Path:
@@ -161,9 +166,13 @@ def devices(cfg: Config, gpu_count: int, nproc: int) -> Check:
     return Check("runtime.devices", True, f"GPUs {req}")
 
 
+# fp32 weights + AdamW's two moments.
+BYTES_PER_PARAM = 4 * 3
+
+
 def checkpoint_bytes(cfg: Config, n_params: int) -> int:
-    # fp32 weights + AdamW's two moments, per kept checkpoint, plus one being written.
-    per = n_params * 4 * 3
+    # Per kept checkpoint, plus one being written.
+    per = n_params * BYTES_PER_PARAM
     keep = cfg.checkpoint.keep_last or 10
     return per * (keep + 1)
 
@@ -175,6 +184,39 @@ def disk(cfg: Config, need: int) -> Check:
     free = shutil.disk_usage(base).free
     detail = f"{human_bytes(free)} free at {base}, checkpoints need about {human_bytes(need)}"
     return Check("disk", free >= need, detail)
+
+
+def _volume(path: Path) -> tuple[int, int]:
+    """(device, bytes free) of the file system ``path`` lies on."""
+    return path.stat().st_dev, shutil.disk_usage(path).free
+
+
+def scratch_space(
+    cfg: Config, need: int, scratch: Path, volume: Callable[[Path], tuple[int, int]] = _volume
+) -> Check:
+    """The scratch volume ($HALO_SCRATCH, or the one halo.scratch finds) against what the job's
+    checkpoints need: a warning, not a failure. Scratch holds the exports, caches and
+    temporary copies of what the run makes; the checkpoint folder's own shortfall is the
+    `disk` check's failure."""
+    try:
+        device, have = volume(_existing_ancestor(scratch))
+        same = device == volume(_existing_ancestor(cfg.runtime.paths.checkpoints))[0]
+    except OSError as exc:
+        return Check("scratch", True, f"{scratch}: free space unknown ({exc.strerror or exc})")
+    if same:
+        return Check("scratch", True, f"{scratch}: on the checkpoints' volume (see disk)")
+    keep = cfg.checkpoint.keep_last or 10
+    if have >= need:
+        detail = (
+            f"{human_bytes(have)} free at {scratch}, checkpoints need about {human_bytes(need)}"
+        )
+        return Check("scratch", True, detail)
+    detail = (
+        f"warning: {human_bytes(have)} free at {scratch}, less than the job's checkpoints need: "
+        f"about {human_bytes(need)} ({n_params(cfg):,} parameters x {BYTES_PER_PARAM} bytes "
+        f"x {keep + 1} checkpoints); set HALO_SCRATCH to a larger volume"
+    )
+    return Check("scratch", True, detail, warn=True)
 
 
 def parallelism(cfg: Config, nproc: int, cuda: bool) -> Check:
@@ -232,10 +274,15 @@ def gather(cfg: Config, nproc: int, gpu_count: int) -> list[Check]:
         devices(cfg, gpu_count, nproc),
         parallelism(cfg, nproc, gpu_count > 0),
         *outputs(cfg),
+        scratch_space(cfg, checkpoint_bytes(cfg, n_params(cfg)), scratch_choice(create=False).path),
     ]
 
 
 def failures(checks: list[Check]) -> None:
+    """Every warning on stderr, then one error with every failed check."""
+    for c in checks:
+        if c.warn:
+            print(f"halo: {c.name}: {c.detail}", file=sys.stderr, flush=True)
     bad = [c for c in checks if not c.ok]
     if bad:
         raise HaloError("preflight failed:\n  " + "\n  ".join(f"{c.name}: {c.detail}" for c in bad))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -122,6 +123,54 @@ def test_credentials_only_when_asked_present_and_not_in_ci(
     assert "--env-file" not in absent and ".aws" not in absent
 
 
+def _secret_files(tmp_path: Path) -> tuple[Path, Path, list[str]]:
+    """A .env and an AWS folder holding fresh random secrets: what must never be printed."""
+    values = [secrets.token_hex(20) for _ in range(5)]
+    env_file = tmp_path / "secrets.env"
+    env_file.write_text(
+        f"WANDB_API_KEY={values[0]}\nHF_TOKEN={values[1]}\nAWS_DEFAULT_REGION=us-east-1\n"
+    )
+    aws = tmp_path / "aws"
+    aws.mkdir()
+    (aws / "credentials").write_text(
+        f"[default]\naws_access_key_id = {values[2]}\naws_secret_access_key = {values[3]}\n"
+        f"aws_session_token = {values[4]}\n"
+    )
+    (aws / "config").write_text("[default]\nregion = us-east-1\n")
+    return env_file, aws, values
+
+
+def test_make_train_passes_env_file_and_aws_by_path_never_their_values(tmp_path: Path) -> None:
+    env_file, aws, values = _secret_files(tmp_path)
+    home = tmp_path / "home"
+    shutil.copytree(aws, home / ".aws")
+    base = {"CI": "", "HALO_SCRATCH": str(tmp_path / "scratch"), "HOME": str(home)}
+    train = ["-n", "train", "CONFIG=examples/sft/config.yaml", "IMAGE=halo:cpu"]
+
+    def line(*args: str, **env: str) -> str:
+        proc = _make(*train, *args, env={**base, **env})
+        assert proc.returncode == 0, proc.stderr
+        for value in values:  # not in the command, not in anything else make printed
+            assert value not in proc.stdout + proc.stderr
+        (shown,) = proc.stdout.strip().splitlines()
+        return shown
+
+    given = line(f"ENV_FILE={env_file}", f"AWS_DIR={aws}")
+    assert f" --env-file {env_file} " in given and f" -v {aws}:/scratch/home/.aws:ro " in given
+    # The Makefile's defaults: the checkout's .env (when there is one) and ~/.aws.
+    assert f" -v {home}/.aws:/scratch/home/.aws:ro " in line()
+    # Empty drops each one; CI exports both empty.
+    for dropped in (line("ENV_FILE=", "AWS_DIR="), line(ENV_FILE="", AWS_DIR="")):
+        assert "--env-file" not in dropped and ".aws" not in dropped
+    only_env = line(f"ENV_FILE={env_file}", "AWS_DIR=")
+    assert "--env-file" in only_env and ".aws" not in only_env
+    # Named but absent: nothing; and in CI never, whatever is named.
+    absent = line(f"ENV_FILE={tmp_path}/none.env", f"AWS_DIR={tmp_path}/none")
+    assert "--env-file" not in absent and ".aws" not in absent
+    in_ci = line(f"ENV_FILE={env_file}", f"AWS_DIR={aws}", CI="true")
+    assert "--env-file" not in in_ci and ".aws" not in in_ci
+
+
 def test_docs_links_and_anchors(tmp_path: Path) -> None:
     assert slug("Publishing, by digest (ECR Public)") == "publishing-by-digest-ecr-public"
     assert anchors("# A\n## A\n```\n# not a heading\n```\n") == {"a", "a-1"}
@@ -173,3 +222,54 @@ def test_clean_drops_caches_and_test_scratch_but_never_checkpoints(tmp_path: Pat
     ):
         assert kept.is_file(), kept
     assert not (repo / "build" / "lib" / "x").exists()
+
+
+def test_clean_prunes_wandb_and_tensorboard_outside_checkpoints(tmp_path: Path) -> None:
+    repo, scratch = tmp_path / "repo", tmp_path / "scratch"
+    record = '{"step": 2, "files": {}}'
+    files = {
+        # a run's log folder: the record of truth stays, the event files beside it go
+        "repo/runs/logs/sft/metrics.jsonl": "keep",
+        "repo/runs/logs/sft/events.out.tfevents.1700000000.host.1.0": "go",
+        "repo/runs/logs/sft/tensorboard/events.out.tfevents.1700000001.host.1.0": "go",
+        "repo/runs/logs/sft/tensorboard/eval/events.out.tfevents.1700000002.host.1.0": "go",
+        "repo/wandb/debug.log": "go",
+        "repo/wandb/offline-run-20260101_120000-abc123/files/config.yaml": "go",
+        "repo/examples/sft/wandb/run-20260101_120000-x1y2z3/run-x1y2z3.wandb": "go",
+        # inside a checkpoint, nothing is touched; nor a checkpoint inside a wandb folder
+        "repo/runs/checkpoints/sft/r1_epoch_0_step_2/events.out.tfevents.1.h": "keep",
+        "repo/wandb/offline-run-20260101_120000-abc123/files/ckpt/meta.json": record,
+        "repo/out/r1_epoch_0_step_4/meta.json": record,
+        "repo/out/r1_epoch_0_step_4/wandb/debug.log": "keep",
+        # not wandb's: a package named so, a folder of notes, a venv's installed package
+        "repo/halo/trackers/wandb/__init__.py": "keep",
+        "repo/halo/trackers/wandb/debug.log": "keep",
+        "repo/notes/wandb/plan.txt": "keep",
+        "repo/venv/pyvenv.cfg": "keep",
+        "repo/venv/lib/site-packages/wandb/debug.log": "keep",
+        "repo/logs/events.txt": "keep",
+        # scratch: the profiler's folder, and the seeded caches left alone
+        "scratch/data/tb/run1/events.out.tfevents.1700000003.host.1.0": "go",
+        "scratch/hf/wandb/debug.log": "keep",
+        "scratch/stacks/cpu/wandb/debug.log": "keep",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    (repo / "wandb" / "latest-run").symlink_to("offline-run-20260101_120000-abc123")
+    dry = clean(repo, scratch, dry_run=True)
+    removed = clean(repo, scratch)
+    assert [r.removed for r in dry] == [r.removed for r in removed]
+    gone = {p.relative_to(tmp_path).as_posix() for r in removed for p in r.removed}
+    assert gone == {
+        "repo/runs/logs/sft/events.out.tfevents.1700000000.host.1.0",
+        "repo/runs/logs/sft/tensorboard",
+        "repo/examples/sft/wandb",
+        # the wandb folder goes but for the checkpoint inside it (and the folders above it)
+        "repo/wandb/debug.log",
+        "repo/wandb/latest-run",
+        "repo/wandb/offline-run-20260101_120000-abc123/files/config.yaml",
+        "scratch/data/tb/run1",
+    }
+    for rel, text in files.items():
+        assert (tmp_path / rel).exists() == (text != "go"), rel
