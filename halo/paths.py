@@ -74,5 +74,3 @@ def venvs_root(explicit: Path | None = None) -> Path:
     if env := os.environ.get(VENVS_ENV):
         return Path(env)
     return scratch_root() / "stacks"
-
-
