@@ -27,6 +27,7 @@ COMMANDS = {
     "patches": "halo.patching.cli",
     "test": "halo.testing.cli",
     "example": "halo.testing.cli",
+    "attest": "halo.testing.cli",
     "serve": "halo.rollout.cli",
     "stack": "halo.stack.cli",
     "workflow": "halo.workflow.cli",

@@ -34,6 +34,12 @@ EnvName = Annotated[str, matches(r"[A-Z][A-Z0-9_]*", "an upper-case environment 
 OWN_ARGS = ("BASE", "PYTHON", "SOURCE_DATE_EPOCH")
 
 
+# Not a pytest tier: `halo stack verify SET --image NAME` proves an image inside itself (pip
+# check, imports, ELF linkage, the server's parser…) and records that as tier "stack". What a
+# server image can prove on a machine with no GPU and no rollout tier run against it.
+STACK_GATE = "stack"
+
+
 def known_tiers() -> tuple[str, ...]:
     """The test tiers' markers (cpu, gpu_core, ...): what an image may list under `tiers`."""
     from halo.testing.tier_table import TIERS
@@ -69,6 +75,8 @@ class ImageSpec(Strict):
     stage_of: Name | None = None
     # The Dockerfile's own build arguments (the shared server Dockerfile: which server, port).
     args: dict[ArgName, Annotated[str, Field(min_length=1)]] = Field(default_factory=dict)
+    # What promote requires: a passing, signed attestation of each (its `tiers`, or "stack").
+    gate: Annotated[list[str], Field(min_length=1)] | None = None
 
 
 class CatalogSpec(Strict):
@@ -122,6 +130,13 @@ def parse(text: str, path: Path, repo: Path | None = None) -> Catalog:
                 )
         if spec is None:
             continue
+        for i, gated in enumerate(spec.gate or ()):
+            if gated not in (*spec.tiers, STACK_GATE):
+                found.add(
+                    f"{where}.gate[{i}]",
+                    f"'{gated}' is neither among its tiers ({', '.join(spec.tiers) or 'none'}) "
+                    f"nor '{STACK_GATE}'",
+                )
         for arg in sorted(set(spec.args) & set(OWN_ARGS)):
             found.add(f"{where}.args.{arg}", f"set by halo itself ({', '.join(OWN_ARGS)})")
         ref = f"{spec.repository}:{spec.tag}"
@@ -142,6 +157,7 @@ def parse(text: str, path: Path, repo: Path | None = None) -> Catalog:
             publish=spec.publish,
             args=tuple(sorted(spec.args.items())),
             stage_of=spec.stage_of,
+            gate=tuple(spec.gate) if spec.gate is not None else None,
         )
     for n, i in images.items():
         if i.stage_of is not None and (i.stage_of not in images or images[i.stage_of].stage_of):

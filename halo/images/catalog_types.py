@@ -56,6 +56,9 @@ class Image:
     args: tuple[tuple[str, str], ...] = ()
     # A CI stage of images.<stage_of> (base + locked stack, no kernels): not a product.
     stage_of: str | None = None
+    # The tiers whose passing, signed test attestation promote requires of a digest (tier
+    # markers, or "stack": `halo stack verify SET --image NAME`); None: not said, so refused.
+    gate: tuple[str, ...] | None = None
 
     @property
     def moving_ref(self) -> str:

@@ -12,6 +12,13 @@
 - `verify_public`: with no credentials at all, both tags resolve to one digest whose
   manifest and blobs can be pulled.
 
+Promote publishes only what was tested (halo.testing.attest_gate): for every tier in the
+catalog entry's `gate`, a passing test attestation of the staged digest (or its config digest)
+signed by a key in HALO_TRUSTED_KEYS, for the checkout's tests. They are found attached to the
+staged digest in the staging registry (OCI referrers) and beside the image here; the ones that
+passed are attached to the released digest too. `--override-tests "WHO: WHY"` promotes without
+them, and records that in a signed WARNED attestation attached to the released digest.
+
 "Same image" is decided by input hash and content, never by image ID or a label nobody
 recomputed. The staged digest pins its config, so its input-hash label is the one the build
 job computed. An immutable tag already there is accepted only if it serves that digest, or an
@@ -145,6 +152,134 @@ def _config(registry: Registry, repo: Repo, manifest: Manifest) -> bytes:
     return registry.blob_bytes(repo, str(manifest.blobs()[0]["digest"]))
 
 
+@dataclass(frozen=True)
+class Override:
+    """Who promotes a digest without its required test results, and why."""
+
+    who: str
+    why: str
+
+    @classmethod
+    def parse(cls, text: str) -> Override:
+        who, sep, why = text.partition(":")
+        if not sep or not who.strip() or not why.strip():
+            raise HaloError(
+                f'--override-tests {text!r}: expected "WHO: WHY" (who overrides, and why)'
+            )
+        return cls(who.strip(), why.strip())
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the gate found: the attestations it accepted, and override records to attach."""
+
+    accepted: tuple[Any, ...]
+    overrides: tuple[Any, ...] = ()
+    lines: tuple[str, ...] = ()
+
+
+def _evidence(
+    repo: Path,
+    image: Image,
+    source: str,
+    src_reg: Registry,
+    src: Ref,
+    manifest: Manifest,
+    override: Override | None,
+    progress: Progress,
+) -> Evidence:
+    """The gate: every tier in ``image.gate`` passed on this digest (one line when not)."""
+    from halo.testing.attest import Keys, checkout_tests_hash
+    from halo.testing.attest_gate import gate
+    from halo.testing.attest_run import local_store
+    from halo.testing.attest_store import referrers
+
+    if not image.gate:
+        raise HaloError(
+            f"images.{image.name}: no `gate` in images/images.yaml; promote publishes only what "
+            "passed the tiers the catalog requires"
+        )
+    keys = Keys.from_env()
+    config_digest = str(manifest.blobs()[0]["digest"])
+    digests = {manifest.digest, config_digest}
+    store = local_store()
+    envelopes = referrers(src_reg, src.repo, manifest.digest)
+    for digest in sorted(digests):
+        envelopes += store.for_digest(digest)
+    tests = checkout_tests_hash(repo)
+    verdicts = gate(image.gate, envelopes, keys.trusted, digests, tests)
+    accepted = tuple(v.accepted for v in verdicts if v.accepted is not None)
+    lines = tuple(
+        f"tier {v.tier}: passed at {v.accepted.statement.outcome.finished_on}, signed by trusted "
+        f"key {v.accepted.keyids[0][:12]}"
+        for v in verdicts
+        if v.accepted is not None and v.accepted.statement is not None
+    )
+    missing = [v for v in verdicts if v.accepted is None]
+    if not missing:
+        return Evidence(accepted, (), lines)
+    tiers = ", ".join(v.tier for v in missing)
+    if override is None:
+        trust = "" if keys.trusted else "no trusted keys (set HALO_TRUSTED_KEYS); "
+        raise HaloError(
+            f"{source}: not promoted: no valid passing attestation for tier {tiers}: {trust}"
+            + "; ".join(v.line() for v in missing)
+            + f"; run `halo test {missing[0].tier.replace('_', '-')} --image {source}` with "
+            'HALO_ATTEST_KEY set, or pass --override-tests "WHO: WHY"'
+        )
+    if keys.signer is None:
+        raise HaloError(
+            "--override-tests: the override is recorded in a signed attestation; set "
+            "HALO_ATTEST_KEY to an ed25519 private key (halo attest keygen PATH)"
+        )
+    records = _override_records(keys, src, manifest, [v.tier for v in missing], tests, override)
+    for att in records:
+        store.add(att.envelope, digests)
+    progress(
+        f"warning: {manifest.digest[:19]} promoted without a passing {tiers} attestation: "
+        f"overridden by {override.who}: {override.why} (recorded, signed by key {keys.keyid[:12]})"
+    )
+    return Evidence(accepted, tuple(records), lines)
+
+
+def _override_records(  # type: ignore[no-untyped-def]
+    keys, src: Ref, manifest: Manifest, tiers: list[str], tests: str, override: Override
+) -> list[Any]:
+    from halo.testing.attest import (
+        WARNED,
+        Outcome,
+        ResultStatement,
+        RunInputs,
+        Subject,
+        ci_run_url,
+        envelope,
+        read,
+        subjects_named,
+    )
+    from halo.testing.attest_run import now_utc
+
+    config_digest = str(manifest.blobs()[0]["digest"])
+    subjects: tuple[Subject, ...] = subjects_named(
+        str(src.repo), config_digest, (manifest.digest, manifest.media_type)
+    )
+    outcome = Outcome(
+        WARNED, finished_on=now_utc(), url=ci_run_url(), override=(override.who, override.why)
+    )
+    return [
+        read(
+            envelope(ResultStatement(subjects, RunInputs(tier, tests=tests), outcome), keys.signer)
+        )
+        for tier in tiers
+    ]
+
+
+def check_gate(repo: Path, image: Image, source: str) -> list[str]:
+    """`halo attest verify`: the gate alone, nothing pushed; a line per tier (raises if refused)."""
+    src_reg, src, manifest = _staged(source)
+    Facts.of(_config(src_reg, src.repo, manifest), source)
+    return list(_evidence(repo, image, source, src_reg, src, manifest, None, lambda _: None).lines)
+
+
 def _staged(ref: str) -> tuple[Registry, Ref, Manifest]:
     src = parse_ref(ref)
     if not src.digest:
@@ -158,11 +293,26 @@ def _staged(ref: str) -> tuple[Registry, Ref, Manifest]:
     return registry, src, manifest
 
 
-def promote(image: Image, source: str, registry: str, progress: Progress) -> Published:
-    """Publish the staged digest ``source`` under ``registry``'s moving and immutable tags."""
+def promote(
+    image: Image,
+    source: str,
+    registry: str,
+    progress: Progress,
+    override: Override | None = None,
+    repo: Path | None = None,
+) -> Published:
+    """Publish the staged digest ``source`` under ``registry``'s moving and immutable tags,
+    if the gate lets it (see the module's docstring)."""
+    from halo.paths import find_repo
+
     src_reg, src, manifest = _staged(source)
     ours = Facts.of(_config(src_reg, src.repo, manifest), source)
-    dest = repo_under(registry, image.publish)
+    dest = repo_under(registry, image.publish)  # a bad registry is refused before the gate
+    evidence = _evidence(
+        repo or find_repo(), image, source, src_reg, src, manifest, override, progress
+    )
+    for line in evidence.lines:
+        progress(line)
     dst_reg = src_reg if dest.host == src.repo.host else Registry(dest.host)
     immutable_tag = f"{image.tag}-{ours.input_hash[:12]}"
     there = dst_reg.get_manifest(dest, immutable_tag)
@@ -199,9 +349,35 @@ def promote(image: Image, source: str, registry: str, progress: Progress) -> Pub
             raise HaloError(
                 f"{dest.ref(tag)}: after promotion the registry does not serve {target.digest[:19]}"
             )
+    _attach_evidence(dst_reg, dest, src, target, manifest, evidence, progress)
     return Published(
         image, dest.ref(immutable_tag), dest.ref(image.tag), target.digest, state, moving_updated
     )
+
+
+def _attach_evidence(
+    dst_reg: Registry,
+    dest: Repo,
+    src: Ref,
+    target: Manifest,
+    staged: Manifest,
+    evidence: Evidence,
+    progress: Progress,
+) -> None:
+    """The released digest carries what let it through: the passing attestations (unless they
+    are there already) and the override records."""
+    from halo.testing.attest_store import attach
+
+    if target.digest != staged.digest:
+        # Already published as another digest of the same image: the attestations name the
+        # staged one, so they stay with it.
+        if evidence.overrides:
+            progress(f"{dest}: override recorded beside {staged.digest[:19]} only (here locally)")
+        return
+    carried = [*(evidence.accepted if dest != src.repo else ()), *evidence.overrides]
+    if carried:
+        added = attach(dst_reg, dest, target, carried)
+        progress(f"{dest.ref(target.digest)}: {added} attestations attached")
 
 
 def _fingerprint(registry: Registry, repo: Repo, manifest: Manifest, index: int) -> str:
@@ -285,12 +461,36 @@ def stage(repo: Path, image: Image, staging: str, progress: Progress) -> tuple[s
             ExportCache(cache_home() / "exports"),
             progress,
         )
+    _stage_attestations(registry, dest, manifest, image_id, progress)
     return dest.ref(manifest.digest), uploaded
 
 
-def push(repo: Path, image: Image, registry: str, progress: Progress) -> Published:
+def _stage_attestations(
+    registry: Registry, dest: Repo, manifest: Manifest, image_id: str, progress: Progress
+) -> None:
+    """The image's test attestations recorded here go with it, as referrers of its digest."""
+    from halo.testing.attest import read, unique
+    from halo.testing.attest_run import local_store
+    from halo.testing.attest_store import attach
+
+    store = local_store()
+    found = unique([*store.for_digest(image_id), *store.for_digest(manifest.digest)])
+    if found:
+        added = attach(registry, dest, manifest, [read(e) for e in found])
+        progress(
+            f"{dest.ref(manifest.digest)}: {len(found)} test attestations ({added} new) attached"
+        )
+
+
+def push(
+    repo: Path,
+    image: Image,
+    registry: str,
+    progress: Progress,
+    override: Override | None = None,
+) -> Published:
     staged, _ = stage(repo, image, registry, progress)
-    return promote(image, staged, registry, progress)
+    return promote(image, staged, registry, progress, override, repo)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ def register(isub: argparse._SubParsersAction) -> None:
     p.add_argument("name", metavar="NAME")
     p.add_argument("--from", dest="source", required=True, metavar="REPO@sha256:…")
     p.add_argument("--registry", help="release HOST[/ALIAS] (default: $HALO_REGISTRY)")
+    _override_flag(p)
     p.set_defaults(func=_promote)
 
     p = isub.add_parser(
@@ -34,6 +35,7 @@ def register(isub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="then pull both tags by digest with no credentials (halo image verify-public)",
     )
+    _override_flag(p)
     p.set_defaults(func=_push)
 
     p = isub.add_parser(
@@ -49,6 +51,22 @@ def register(isub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--registry", help="public.ecr.aws/ALIAS (default: $HALO_REGISTRY)")
     p.set_defaults(func=_ecr_login)
+
+
+def _override_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--override-tests",
+        metavar="WHO: WHY",
+        help="publish although a tier the catalog's gate requires has no passing attestation "
+        "signed by a key in $HALO_TRUSTED_KEYS; recorded in a signed attestation "
+        "($HALO_ATTEST_KEY) attached to the released digest",
+    )
+
+
+def _override(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from halo.images.publish import Override
+
+    return Override.parse(args.override_tests) if args.override_tests is not None else None
 
 
 def _progress(line: str) -> None:
@@ -105,9 +123,12 @@ def _published(rows: list) -> None:  # type: ignore[type-arg]
 def _promote(args: argparse.Namespace) -> int:
     from halo.images.publish import promote, registry_from
 
-    _, catalog = _catalog()
+    repo, catalog = _catalog()
     image = catalog.image(args.name)
-    _published([promote(image, args.source, registry_from(args.registry), _progress)])
+    override = _override(args)
+    _published(
+        [promote(image, args.source, registry_from(args.registry), _progress, override, repo)]
+    )
     return 0
 
 
@@ -116,9 +137,10 @@ def _push(args: argparse.Namespace) -> int:
     from halo.images.publish import push, registry_from
 
     repo, catalog = _catalog()
+    override = _override(args)
     registry = registry_from(args.registry)
     images = selected(catalog, args.names, args.all)
-    _published([push(repo, image, registry, _progress) for image in images])
+    _published([push(repo, image, registry, _progress, override) for image in images])
     if args.verify_public:
         _print_public(images, registry)
     return 0

@@ -243,6 +243,26 @@ class Registry:
             )
         return reported
 
+    def referrers(self, repo: Repo, digest: str, artifact_type: str = "") -> Manifest | None:
+        """The OCI 1.1 referrers API's image index for ``digest``; None where the registry has no
+        such API (distribution 2.8: then the ``sha256-<hex>`` tag schema is the fallback)."""
+        query = (
+            "?" + urllib.parse.urlencode({"artifactType": artifact_type}) if artifact_type else ""
+        )
+        resp = self.request(
+            "GET",
+            f"{repo.base_url}/referrers/{digest}{query}",
+            [f"repository:{repo.path}:pull"],
+            headers={"Accept": OCI_INDEX},
+            missing_ok=True,
+        )
+        if resp is None:
+            return None
+        with resp:
+            body = resp.read()
+            media = (resp.headers.get("Content-Type") or "").split(";")[0].strip()
+        return Manifest(body, media) if media == OCI_INDEX else None
+
     def has_blob(self, repo: Repo, digest: str) -> bool:
         resp = self.request(
             "HEAD",

@@ -184,6 +184,30 @@ def _install(args: argparse.Namespace) -> int:
     return 0
 
 
+def _attest(keys, target, set_name: str, rows: list) -> None:  # type: ignore[no-untyped-def,type-arg]
+    """The image proved inside itself, as a test result of tier "stack" (what promote's gate
+    asks of the server images): each check a test, passed, failed or skipped."""
+    from halo.report import say
+    from halo.stack.verify import FAIL, OK
+    from halo.testing import attest_run
+    from halo.testing.attest import (
+        FAILED,
+        PASSED,
+        Outcome,
+        RunInputs,
+        checkout_tests_hash,
+        ci_run_url,
+    )
+
+    passed = tuple(f"stack::{r.check}" for r in rows if r.result == OK)
+    failed = tuple(f"stack::{r.check}" for r in rows if r.result == FAIL)
+    skipped = tuple(f"stack::{r.check}" for r in rows if r.result not in (OK, FAIL))
+    result = FAILED if failed or not passed else PASSED
+    outcome = Outcome(result, passed, failed, skipped, attest_run.now_utc(), ci_run_url())
+    inputs = RunInputs("stack", (), (set_name,), checkout_tests_hash(attest_run.repo_root()))
+    attest_run.record(attest_run.local_store(), keys, target, inputs, outcome, say)
+
+
 def _verify_image(args: argparse.Namespace, layout: Layout, set_name: str) -> int:
     """--image (on the host: run the check in the image) and --installed (inside it)."""
     from halo.pins.lockfile import load_lock
@@ -196,9 +220,13 @@ def _verify_image(args: argparse.Namespace, layout: Layout, set_name: str) -> in
     spec = spec_for(set_name)
     start = time.monotonic()
     if args.image:
+        from halo.testing import attest_run
+        from halo.testing.attest import Keys
         from halo.testing.container import built_image_ref
 
+        keys = Keys.from_env()  # a bad key is one line before the run, not after it
         ref = built_image_ref(args.image)
+        target = attest_run.target_of(ref)  # asked before --remove takes the image away
         say(f"halo stack: {set_name} inside {ref} (docker run --network none): {NO_GPU}")
         try:
             rows, _ = in_image.run_in(ref, set_name)
@@ -206,6 +234,7 @@ def _verify_image(args: argparse.Namespace, layout: Layout, set_name: str) -> in
             if args.remove:
                 for gone in in_image.remove_image(ref):
                     say(f"halo stack: removed {gone}")
+        _attest(keys, target, set_name, rows)
         where = ref
     else:
         lock_path = layout.lock(set_name)

@@ -88,6 +88,26 @@ class Placement:
     read_only: bool = False  # docker run --read-only, writes only to scratch and /tmp
     user: str | None = None  # docker run --user UID:GID
 
+    def flags(self) -> tuple[str, ...]:
+        """The placement as `halo test` flags, defaults left out (what an attestation records)."""
+        out = ["--gpus"] if self.gpus else []
+        if self.fabric != "none":
+            out.append(f"--fabric={self.fabric}")
+        if self.cuda_devices != "all":
+            out.append(f"--cuda-devices={self.cuda_devices}")
+        if self.server_tier:
+            out.append(f"--server-tier={self.server_tier}")
+        if self.read_only:
+            out.append("--read-only")
+        if self.user is not None:
+            out.append(f"--user={self.user}")
+        return tuple(out)
+
+
+def junit_path(t: Tier, scratch: Path) -> Path:
+    """Where a run of ``t`` leaves pytest's junit XML on the host."""
+    return scratch / "reports" / f"{t.name}.xml"
+
 
 def run_tier(
     t: Tier,
@@ -158,9 +178,8 @@ def _run_pytest(
     started: Running | None,
     place: Placement,
 ) -> int:
-    reports = scratch / "reports"
-    reports.mkdir(parents=True, exist_ok=True)
-    junit_host = reports / f"{t.name}.xml"
+    junit_host = junit_path(t, scratch)
+    junit_host.parent.mkdir(parents=True, exist_ok=True)
     junit_host.unlink(missing_ok=True)
     env = {kind.url_env: kind.url} if kind else {}
     served = started or (_served_here(kind, scratch) if kind else None)

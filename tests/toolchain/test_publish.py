@@ -1,7 +1,9 @@
 """Publishing by digest against a real OCI registry (Debian's docker-registry, started by .ci/run).
 
 Small images made for each test (a few bytes each) stand in for halo's; the end-to-end test
-with the real halo:cpu is test_publish_e2e.py.
+with the real halo:cpu is test_publish_e2e.py. Each staged digest carries a passing cpu-tier
+attestation signed by a throwaway trusted key (what promote requires; test_attest_promote.py
+tests that gate), so these tests are about publishing itself.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from attest_support import TestKey, sign_passing
 from publish_support import Namespace, namespace, push_by_digest, small_image
 from support import REPO, docker_or_skip, halo
 
@@ -25,6 +28,7 @@ from halo.images.publish import INPUT_LABEL, promote, verify_public
 from halo.registry.auth import docker_credentials
 from halo.registry.client import Registry
 from halo.registry.refs import parse_ref, repo_under
+from halo.testing.attest_store import fallback_tag
 
 pytestmark = pytest.mark.docker
 
@@ -35,6 +39,19 @@ FILES = {"etc/halo/build.json": b'{"image": "cpu"}\n', "opt/halo/app.py": b"prin
 @pytest.fixture
 def ns() -> Iterator[Namespace]:
     yield from namespace()
+
+
+@pytest.fixture(scope="module")
+def ci_key(tmp_path_factory: pytest.TempPathFactory) -> TestKey:
+    return TestKey.make(tmp_path_factory.mktemp("keys"))
+
+
+@pytest.fixture(autouse=True)
+def trusted(ci_key: TestKey, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> TestKey:
+    """Promote trusts the throwaway key; results recorded here stay in this test's store."""
+    for name, value in {**ci_key.env(), "HALO_STORE": str(tmp_path / "store")}.items():
+        monkeypatch.setenv(name, value)
+    return ci_key
 
 
 @pytest.fixture(scope="module")
@@ -65,11 +82,23 @@ def _make(
     return ref
 
 
-def _stage(ns: Namespace, docker: Docker, ref: str, registry: str | None = None) -> str:
-    """Push a local image by digest, as `halo image stage` does; returns REPO@sha256:…."""
+def _stage(
+    ns: Namespace, docker: Docker, ref: str, registry: str | None = None, attest: bool = True
+) -> str:
+    """Push a local image by digest, as `halo image stage` does, with its passing cpu tier
+    attached (as the test job's `halo test cpu --image REPO@sha256:…` does); REPO@sha256:…."""
     registry = registry or ns.registry("staging")
     manifest = push_by_digest(docker.exe, ref, str(docker.image_id(ref)), registry, CPU.publish)
-    return ns.remember(repo_under(registry, CPU.publish).ref(manifest.digest))
+    staged = ns.remember(repo_under(registry, CPU.publish).ref(manifest.digest))
+    if attest:
+        sign_passing(staged, TestKey.from_env())
+    return staged
+
+
+def _tags(registry: str) -> list[str]:
+    repo = repo_under(registry, CPU.publish)
+    with Registry(repo.host).request("GET", f"{repo.base_url}/tags/list", []) as resp:
+        return sorted(json.load(resp).get("tags") or [])
 
 
 def _served(registry: str, tag: str) -> str | None:
@@ -85,7 +114,10 @@ def test_stage_pushes_by_digest_and_promote_tags_that_digest(
     local = _make(docker, images, FILES, 1_700_000_000, input_hash)
     staged = _stage(ns, docker, local)
     digest = parse_ref(staged).digest
-    assert ns.digests(ns.track(ns.registry("staging"), "halo")) == set(), "staging holds no tag"
+    ns.track(ns.registry("staging"), "halo")
+    # Staging holds no tag of the image; the one tag there is its attestations' index (the OCI
+    # referrers tag schema: Debian's registry has no referrers API).
+    assert _tags(ns.registry("staging")) == [fallback_tag(str(digest))]
 
     release = ns.registry("rel")
     ns.track(release, "halo")
@@ -136,7 +168,9 @@ def test_a_forged_label_under_the_immutable_tag_is_refused(
     path = ns.track(release, "halo")
     # Someone else's image, labelled with our input hash, sits under our immutable tag.
     forged = dict(FILES, **{"opt/halo/app.py": b"import os; os.system('steal')\n"})
-    squat = _stage(ns, docker, _make(docker, images, forged, 1_700_000_000, input_hash), release)
+    squat = _stage(
+        ns, docker, _make(docker, images, forged, 1_700_000_000, input_hash), release, False
+    )
     repo = repo_under(release, "halo")
     reg = Registry(repo.host)
     reg.put_manifest(
