@@ -20,7 +20,7 @@ SCRATCH = $(or $(HALO_SCRATCH),$(shell $(HALO) paths scratch))
 REGISTRY ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help lint fmt format precommit docs install clean lock lock-check pins-check fetch plan \
+.PHONY: help lint fmt format precommit docs diagrams install clean lock lock-check pins-check fetch plan \
 	build-cpu build-blackwell build-hopper build-vllm build-sglang build-all test test-toolchain \
 	test-cpu test-gpu-core test-gpu-full test-rollout-vllm test-rollout-sglang patches example \
 	bench ci-render train seed-hf-cache ecr-public-login push-public-all push-public-blackwell \
@@ -40,6 +40,8 @@ precommit: ## lint + pins-check + ci-render --check: what to run before a commit
 	$(NOX) -s precommit
 docs: ## check the links and anchors of README.md and docs/
 	$(NOX) -s docs
+diagrams: ## draw docs/diagrams/ from the code: layering, images, tiers (CI byte-compares)
+	$(NOX) -s diagrams
 install: ## a development environment in .venv (halo editable + the dev tools)
 	$(NOX) -s dev
 clean: ## remove caches and HALO_SCRATCH test scratch; never checkpoints

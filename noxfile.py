@@ -387,6 +387,13 @@ def docs(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def diagrams(session: nox.Session) -> None:
+    """Draw docs/diagrams/ from the code with Graphviz's dot (-- --check compares instead)."""
+    _halo(session)
+    session.run("halo", "diagrams", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def stage(session: nox.Session) -> None:
     """Push a built image by digest to $HALO_STAGING_REGISTRY (-- NAME); prints REPO@sha256:…."""
     _halo(session)

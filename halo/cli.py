@@ -35,6 +35,7 @@ COMMANDS = {
     "docs": "halo.devtools.cli",
     "clean": "halo.devtools.cli",
     "paths": "halo.devtools.cli",
+    "diagrams": "halo.devtools.cli",
     "launch": "halo.train.cli",
     "preflight": "halo.train.cli",
     "export": "halo.train.cli",

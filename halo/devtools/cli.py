@@ -1,4 +1,4 @@
-"""`halo run IMAGE -- CMD…`, `halo docs check`, `halo clean`, `halo paths scratch`."""
+"""`halo run IMAGE -- CMD…`, `halo docs check`, `halo clean`, `halo diagrams`, `halo paths`."""
 
 from __future__ import annotations
 
@@ -46,6 +46,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("clean", help="remove caches and test scratch (never checkpoints)")
     p.add_argument("--dry-run", action="store_true", help="list what would go")
     p.set_defaults(func=_clean)
+
+    p = sub.add_parser(
+        "diagrams",
+        help="regenerate docs/diagrams/ (DOT and SVG) from the code: layering, images, tiers",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="compare with what is committed instead of writing (exit 1 names what is stale)",
+    )
+    p.set_defaults(func=_diagrams)
 
     paths = sub.add_parser("paths", help="where Halo keeps things on this host")
     psub = paths.add_subparsers(dest="paths_command", metavar="WHAT", required=True)
@@ -138,4 +149,30 @@ def _paths_scratch(args: argparse.Namespace) -> int:
     print(choice.path)
     if args.why:
         print(f"why: {choice.why}")
+    return 0
+
+
+def _diagrams(args: argparse.Namespace) -> int:
+    import sys
+
+    from halo.devtools import diagrams
+    from halo.paths import find_repo
+
+    repo = find_repo()
+    files = diagrams.generate(repo, diagrams.dot_exe())
+    stale = diagrams.stale(repo, files)
+    if args.check:
+        if stale:
+            print(
+                f"halo diagrams --check: {', '.join(map(str, stale))} "
+                f"{'is' if len(stale) == 1 else 'are'} stale; run `make diagrams` and commit",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"{diagrams.FOLDER}: {len(files)} files up to date with the code")
+        return 0
+    diagrams.write(repo, files, stale)
+    for rel in stale:
+        print(f"{rel}: {'written' if rel in files else 'removed (nothing generates it)'}")
+    print(f"{diagrams.FOLDER}: {len(files)} files, {len(stale)} changed")
     return 0
