@@ -15,7 +15,7 @@ ENV_FILE ?= .env
 AWS_DIR ?= ~/.aws
 # Where the tiers' and jobs' /scratch lives: $HALO_SCRATCH, else the large local volume that
 # `halo paths scratch` finds (halo.scratch).
-SCRATCH = $(or $(HALO_SCRATCH),$(shell $(HALO) paths scratch))
+SCRATCH = $(or $(HALO_SCRATCH),$(shell $(HALO) paths scratch),$(error `$(HALO) paths scratch` failed))
 # make push-public-*: where (default $HALO_REGISTRY, e.g. public.ecr.aws/ALIAS).
 REGISTRY ?=
 
