@@ -216,13 +216,16 @@ def stack_check(session: nox.Session) -> None:
     """Install GPU locks as their images do and prove them, no GPU (-- SET... [halo stack verify options]).
 
     Default: every GPU set, the CPU tier natively on blackwell. The wheels come from the store
-    (fetched here first); the venvs live under $HALO_STACK_VENVS or <scratch>/stacks.
+    (fetched here first); the venvs live under $HALO_STACK_VENVS or <scratch>/stacks. With
+    `--image REF`, the set is proven inside that image and recorded as its "stack" attestation
+    (the server images' promote gate).
     """
     _halo(session)
     args = list(session.posargs) or [*STACK_SETS, "--cpu-tier", "blackwell"]
     first_option = next((i for i, a in enumerate(args) if a.startswith("-")), len(args))
     sets = args[:first_option] or list(STACK_SETS)
-    session.run("halo", "fetch", *sets)
+    if "--image" not in args:  # inside an image nothing is installed here: nothing to fetch
+        session.run("halo", "fetch", *sets)
     session.run("halo", "stack", "verify", *sets, *args[first_option:])
 
 

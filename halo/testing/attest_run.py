@@ -118,11 +118,15 @@ def record(
     subjects = target.subjects
     registry = None
     if target.registry_ref is not None:
-        registry, repo, manifest = _registry_manifest(target.registry_ref)
-        subjects = tuple(
-            Subject(s.name, s.digest, manifest.media_type) if s.digest == manifest.digest else s
-            for s in subjects
-        )
+        try:
+            registry, repo, manifest = _registry_manifest(target.registry_ref)
+        except HaloError as exc:
+            say(f"tier {inputs.tier}: warning: {exc.message}")
+        else:
+            subjects = tuple(
+                Subject(s.name, s.digest, manifest.media_type) if s.digest == manifest.digest else s
+                for s in subjects
+            )
     att = read(envelope(ResultStatement(subjects, inputs, outcome), keys.signer))
     paths = store.add(att.envelope, {s.digest for s in subjects})
     signed = (
@@ -135,11 +139,20 @@ def record(
         f"{signed} ({paths[0].parent})"
     )
     if registry is not None:
-        added = attach(registry, repo, manifest, [att])
-        say(
-            f"tier {inputs.tier}: attestation attached to {target.registry_ref} "
-            f"({'new' if added else 'already there'})"
-        )
+        # Not fatal: the result stands and is kept here. A job that may only pull (a pull
+        # request from a fork) still tests; promote, which looks there, will say it found none.
+        try:
+            added = attach(registry, repo, manifest, [att])
+        except HaloError as exc:
+            say(
+                f"tier {inputs.tier}: warning: attestation not attached to "
+                f"{target.registry_ref} ({exc.message}); a promote from there will not find it"
+            )
+        else:
+            say(
+                f"tier {inputs.tier}: attestation attached to {target.registry_ref} "
+                f"({'new' if added else 'already there'})"
+            )
     return att
 
 
