@@ -16,8 +16,12 @@ AWS_DIR ?= ~/.aws
 # Where the tiers' and jobs' /scratch lives: $HALO_SCRATCH, else the large local volume that
 # `halo paths scratch` finds (halo.scratch).
 SCRATCH = $(or $(HALO_SCRATCH),$(shell $(HALO) paths scratch),$(error `$(HALO) paths scratch` failed))
-# make push-public-*: where (default $HALO_REGISTRY, e.g. public.ecr.aws/ALIAS).
+# make push-public-*: where (default $HALO_REGISTRY, e.g. public.ecr.aws/ALIAS). They publish only
+# what passed its catalog gate (signed test attestations); OVERRIDE_TESTS="WHO: WHY" overrides that,
+# recorded in a signed attestation on the released digest.
 REGISTRY ?=
+OVERRIDE_TESTS ?=
+PUSH_FLAGS = --verify-public $(if $(REGISTRY),--registry $(REGISTRY)) $(if $(OVERRIDE_TESTS),--override-tests '$(OVERRIDE_TESTS)')
 
 .DEFAULT_GOAL := help
 .PHONY: help lint fmt format precommit docs diagrams install clean lock lock-check pins-check fetch plan \
@@ -114,15 +118,15 @@ seed-hf-cache: ## fill the HF cache the tiers mount (HALO_SCRATCH/hf) from LIST=
 ecr-public-login: ## docker login to ECR Public (AWS CLI, us-east-1) for HALO_REGISTRY or REGISTRY=
 	$(HALO) image ecr-public-login $(if $(REGISTRY),--registry $(REGISTRY))
 push-public-all: ## publish every image built here, then check anonymous pulls
-	$(HALO) image push --all --verify-public $(if $(REGISTRY),--registry $(REGISTRY))
+	$(HALO) image push --all $(PUSH_FLAGS)
 push-public-blackwell: ## publish halo:blackwell (push by digest, then tag), check anonymous pulls
-	$(HALO) image push blackwell --verify-public $(if $(REGISTRY),--registry $(REGISTRY))
+	$(HALO) image push blackwell $(PUSH_FLAGS)
 push-public-hopper: ## publish halo:hopper, check anonymous pulls
-	$(HALO) image push hopper --verify-public $(if $(REGISTRY),--registry $(REGISTRY))
+	$(HALO) image push hopper $(PUSH_FLAGS)
 push-public-vllm: ## publish vllm-server, check anonymous pulls
-	$(HALO) image push vllm --verify-public $(if $(REGISTRY),--registry $(REGISTRY))
+	$(HALO) image push vllm $(PUSH_FLAGS)
 push-public-sglang: ## publish sglang-server, check anonymous pulls
-	$(HALO) image push sglang --verify-public $(if $(REGISTRY),--registry $(REGISTRY))
+	$(HALO) image push sglang $(PUSH_FLAGS)
 # Jobs with a lifecycle (halo job): JOB= names one; CONFIG=, BACKEND=docker|slurm, VENV= start one.
 JOB ?=
 BACKEND ?= docker
