@@ -8,6 +8,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from halo.pins.invariants import ImagePython
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -155,9 +159,8 @@ def _check(args: argparse.Namespace) -> int:
     from halo.pins.locking import load_all
 
     state = load_all(_pins_dir())
-    violations = check_all(state)
+    violations = check_all(state, images=_image_pythons())
     violations += _check_os()
-    violations += _check_pythons({name: lock.python for name, lock in state.locks.items()})
     for line in violations:
         print(line)
     if violations:
@@ -178,36 +181,32 @@ def _check_os() -> list[str]:
     return [line for inputs in _os_inputs([]) for line in drift(pins_dir, inputs)]
 
 
-def _check_pythons(lock_pythons: dict[str, str]) -> list[str]:
-    """Each image's pin set is locked for the CPython its base ships (the OS lock's
-    python3.X), and the builder's set for its builder base's: wheels for another CPython
-    would not install there."""
+def _image_pythons() -> list[ImagePython]:
+    """Each catalog image's pin set with the CPython its base ships (the OS lock's python3.X),
+    and the builder's set with its builder base's: wheels for another CPython would not
+    install there. Bases not made here from an OS lock ship no Python known to the check."""
     from halo.images.catalog import load_catalog
     from halo.images.derivations import BUILDER_SET
     from halo.paths import find_repo
     from halo.pins.deblock import cpython_of, deb_lock_path, load_deb_lock
+    from halo.pins.invariants import ImagePython
 
     catalog = load_catalog(find_repo())
     shipped: dict[str, str | None] = {}
-    lines = []
+    out = []
     for image in sorted(catalog.images.values(), key=lambda i: i.name):
         pairs = [(image.pins, image.base)] + (
             [(BUILDER_SET, image.builder)] if image.builder else []
         )
         for pin_set, base_name in pairs:
-            base = catalog.bases[base_name]
-            if base.recipe != "mmdebstrap" or pin_set not in lock_pythons:
+            if catalog.bases[base_name].recipe != "mmdebstrap":
                 continue
             if base_name not in shipped:
                 path = deb_lock_path(_pins_dir(), base_name)
                 shipped[base_name] = cpython_of(load_deb_lock(path)) if path.is_file() else None
-            ships, locked = shipped[base_name], lock_pythons[pin_set]
-            if ships is not None and ships != locked:
-                lines.append(
-                    f"{pin_set}: python: python-matches-base (locked for CPython {locked}; "
-                    f"image {image.name}'s base {base_name} ships CPython {ships})"
-                )
-    return sorted(set(lines))
+            if (ships := shipped[base_name]) is not None:
+                out.append(ImagePython(image.name, pin_set, base_name, ships))
+    return out
 
 
 def _diff(args: argparse.Namespace) -> int:

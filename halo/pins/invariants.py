@@ -3,6 +3,10 @@
 Each rule returns Violations; each prints as one line "SET: PACKAGE: RULE (hint)". Which
 set plays which part (training, rollout peer, FA4/FA3 home) is the `Policy`, fixed in code
 so that relaxing a rule is a reviewed code change, not an edit to an input file.
+
+A lock may hold one name twice, told apart by PEP 508 markers; every rule looks at every
+entry, whatever its marker (an entry no target installs today is one a marker edit installs
+tomorrow), and `one-entry` refuses two entries that both hold for the lock's target.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from halo.pins.lockfile import SHA256_RE, Lock, Package, normalize
+from halo.errors import HaloError
+from halo.pins.lockfile import SHA256_RE, Lock, Package, lock_name, normalize
 from halo.pins.source_pins import SourcePin
 from halo.urls import redact_url
 
@@ -31,6 +36,9 @@ NCCL = "nvidia-nccl-cu13"
 NUMPY = "numpy"
 FA2 = "flash-attn"
 GPU_SETS = frozenset({"blackwell", "hopper", "vllm", "sglang"})
+# requires-python ==X.Y.* admits every patch release, and a marker may split on
+# python_full_version: the target is each X.Y.Z up to here (no CPython minor has had 30).
+PATCH_LEVELS = range(30)
 
 
 @dataclass(frozen=True)
@@ -100,12 +108,12 @@ class Pins:
     def has(self, set_name: str, package: str) -> bool:
         key = normalize(package)
         lock = self.locks.get(set_name)
-        in_lock = lock is not None and lock.package(key) is not None
+        in_lock = lock is not None and bool(lock.entries(key))
         return in_lock or any(s.key == key and set_name in s.sets for s in self.sources)
 
-    def version(self, set_name: str, package: str) -> str | None:
-        pkg = self.locks[set_name].package(package)
-        return pkg.version if pkg else None
+    def versions(self, set_name: str, package: str) -> tuple[str, ...]:
+        """The versions of every entry of ``package`` in the set's lock, each once."""
+        return tuple(dict.fromkeys(p.version for p in self.locks[set_name].entries(package)))
 
 
 Rule = Callable[[Pins, Policy], Iterable[Violation]]
@@ -145,8 +153,9 @@ def numpy_below_2(pins: Pins, policy: Policy) -> Iterable[Violation]:
     from packaging.version import Version
 
     for name in sorted(policy.numpy_below_2 & pins.locks.keys()):
-        version = pins.version(name, NUMPY)
-        if version is not None and Version(version) >= Version("2"):
+        for version in pins.versions(name, NUMPY):
+            if Version(version) < Version("2"):
+                continue
             yield Violation(
                 name,
                 NUMPY,
@@ -173,11 +182,12 @@ def required_in(pins: Pins, policy: Policy) -> Iterable[Violation]:
 
 
 def _one_version(pins: Pins, names: Iterable[str], package: str, rule: str) -> Iterable[Violation]:
-    versions = {n: pins.version(n, package) for n in sorted(names) if n in pins.locks}
-    seen = {v for v in versions.values() if v is not None}
-    if len(seen) > 1:
-        listing = ", ".join(f"{n} {v}" for n, v in versions.items())
-        for name, version in versions.items():
+    # Two entries of one set count as two versions: "one" holds within a set too.
+    found = {n: pins.versions(n, package) for n in sorted(names) if n in pins.locks}
+    if len({v for vs in found.values() for v in vs}) > 1:
+        here = {n: "/".join(vs) or "None" for n, vs in found.items()}
+        listing = ", ".join(f"{n} {v}" for n, v in here.items())
+        for name, version in here.items():
             yield Violation(name, package, rule, f"{version} here; {listing}")
 
 
@@ -190,15 +200,13 @@ def one_nccl(pins: Pins, policy: Policy) -> Iterable[Violation]:
 
 
 def nccl_matches_training(pins: Pins, policy: Policy) -> Iterable[Violation]:
-    training = {
-        v for n in policy.training if n in pins.locks and (v := pins.version(n, NCCL)) is not None
-    }
+    training = {v for n in policy.training if n in pins.locks for v in pins.versions(n, NCCL)}
     if len(training) != 1:
         return  # no single training NCCL to compare with; one-nccl reports that
     (want,) = training
     for name in sorted(policy.nccl_peers & pins.locks.keys()):
-        got = pins.version(name, NCCL)
-        if got is not None and got != want:  # a missing NCCL is required-in's line
+        # A missing NCCL is required-in's line.
+        for got in (v for v in pins.versions(name, NCCL) if v != want):
             yield Violation(
                 name,
                 NCCL,
@@ -214,8 +222,7 @@ def builder_matches(pins: Pins, policy: Policy) -> Iterable[Violation]:
         return
     for name in sorted(policy.training & pins.locks.keys()):
         for pkg in builder.packages:
-            got = pins.version(name, pkg.name)
-            if got is not None and got != pkg.version:
+            for got in (v for v in pins.versions(name, pkg.name) if v != pkg.version):
                 yield Violation(
                     name,
                     pkg.name,
@@ -256,15 +263,17 @@ def closure(pins: Pins, policy: Policy) -> Iterable[Violation]:
             yield Violation(name, "-", "closure", "the lock names no requirements; re-lock it")
             continue
         excluded = {normalize(str(x)) for x in lock.extra.get("excluded", []) or []}  # type: ignore[union-attr]
-        by_key = {normalize(p.name): p for p in lock.packages}
+        by_key: dict[str, list[Package]] = {}
+        for p in lock.packages:  # every entry of a name: each may need other packages
+            by_key.setdefault(normalize(p.name), []).append(p)
         reached: set[str] = set()
         todo = [("requirements", _dep_name(str(r))) for r in roots]
         while todo:
             parent, key = todo.pop()
             if key in excluded:
                 continue
-            pkg = by_key.get(key)
-            if pkg is None:
+            entries = by_key.get(key)
+            if entries is None:
                 yield Violation(
                     name, key, "closure", f"required by {parent} but not locked; re-lock the set"
                 )
@@ -272,16 +281,16 @@ def closure(pins: Pins, policy: Policy) -> Iterable[Violation]:
             if key in reached:
                 continue
             reached.add(key)
-            todo += [(pkg.name, _dep_name(d)) for d in pkg.dependencies]
+            todo += [(p.name, _dep_name(d)) for p in entries for d in p.dependencies]
         for key in sorted(by_key.keys() - reached - excluded):
             yield Violation(
                 name,
-                by_key[key].name,
+                by_key[key][0].name,
                 "closure",
                 "locked but not reachable from the set's requirements; re-lock the set",
             )
         for key in sorted(excluded & by_key.keys()):
-            yield Violation(name, by_key[key].name, "closure", "excluded by the set but locked")
+            yield Violation(name, by_key[key][0].name, "closure", "excluded by the set but locked")
 
 
 def prerelease_allowed(pins: Pins, policy: Policy) -> Iterable[Violation]:
@@ -324,8 +333,7 @@ def source_not_from_index(pins: Pins, policy: Policy) -> Iterable[Violation]:
     """A source-pinned name resolved from the index is another project (e.g. `deep-ep`)."""
     for src in pins.sources:
         for name, lock in sorted(pins.locks.items()):
-            pkg = lock.package(src.key)
-            if pkg is not None:
+            for pkg in lock.entries(src.key):
                 yield Violation(
                     name,
                     pkg.name,
@@ -333,6 +341,171 @@ def source_not_from_index(pins: Pins, policy: Policy) -> Iterable[Violation]:
                     f"{pkg.version} came from the index; {src.name} is a source pin "
                     f"({redact_url(src.repository)}); drop it from the set's requirements",
                 )
+
+
+def _target(python: str, platform: str) -> list[dict[str, str]]:
+    """The marker environments of CPython ``python`` (X.Y) on ``platform`` (as a lock names
+    it, ``x86_64-manylinux_2_36``): one per patch release. Every name is given, so nothing
+    of the machine running the check leaks into the answer."""
+    machine = platform.split("-", 1)[0]
+    return [
+        {
+            "implementation_name": "cpython",
+            "implementation_version": f"{python}.{z}",
+            "os_name": "posix",
+            "platform_machine": machine,
+            "platform_release": "",
+            "platform_system": "Linux",
+            "platform_version": "",
+            "python_full_version": f"{python}.{z}",
+            "platform_python_implementation": "CPython",
+            "python_version": python,
+            "sys_platform": "linux",
+        }
+        for z in PATCH_LEVELS
+    ]
+
+
+def _holds(markers: Iterable[str | None], envs: list[dict[str, str]], where: str) -> bool:
+    """Whether all ``markers`` (None: always) hold together in one of ``envs``. A marker
+    that cannot be evaluated there (`extra == 'x'` in a lock, `~=` on a machine name) is bad
+    input of ``where``, one line."""
+    from packaging.markers import Marker, UndefinedComparison, UndefinedEnvironmentName
+
+    parsed = [Marker(m) for m in markers if m is not None]
+    try:
+        return any(all(m.evaluate(env, "lock_file") for m in parsed) for env in envs)
+    except UndefinedEnvironmentName as exc:
+        why = f"{exc} is no name of a lock's markers"
+    except UndefinedComparison as exc:
+        why = str(exc)
+    raise HaloError(
+        f"{where}: marker {' / '.join(repr(str(m)) for m in parsed)} cannot be evaluated on "
+        f"the lock's target ({why})"
+    )
+
+
+def one_entry(pins: Pins, policy: Policy) -> Iterable[Violation]:
+    """Two entries of one name that can both install on the lock's target: no installer can
+    tell which to take, and the rules' verdict on one says nothing of the other."""
+    for name, lock in sorted(pins.locks.items()):
+        by_key: dict[str, list[Package]] = {}
+        for p in lock.packages:
+            by_key.setdefault(normalize(p.name), []).append(p)
+        envs = None
+        for entries in (e for _, e in sorted(by_key.items()) if len(e) > 1):
+            envs = envs or _target(lock.python, lock.platform)
+            for i, a in enumerate(entries):
+                for b in entries[i + 1 :]:
+                    where = f"pins/{lock_name(name)}: {a.name}"
+                    if _holds((a.marker, b.marker), envs, where):
+                        yield Violation(
+                            name,
+                            a.name,
+                            "one-entry",
+                            f"pins/{lock_name(name)} has {a.version} and {b.version} for "
+                            f"CPython {lock.python} on {lock.platform}, and no marker tells them "
+                            "apart; re-lock the set",
+                        )
+
+
+@dataclass(frozen=True)
+class ImagePython:
+    """A catalog image's pin set and the CPython (X.Y) its base ships."""
+
+    image: str
+    pin_set: str
+    base: str
+    python: str
+
+
+def _wheel_fits(file: str, python: str, fits: dict[tuple[str, str], bool]) -> bool:
+    """Whether a wheel's interpreter and ABI tags install on CPython ``python`` (its platform
+    tag is another rule's business). ``fits`` remembers each answer: most wheels share a few
+    tags (py3-none, cp311-cp311)."""
+    from packaging.tags import compatible_tags, cpython_tags, parse_tag
+
+    # NAME-VERSION(-BUILD)-PY-ABI-PLATFORM.whl; the lock's reader has checked the name.
+    tag = "-".join(file.removesuffix(".whl").split("-")[-3:-1])
+    if (python, tag) not in fits:
+        major, minor = (int(x) for x in python.split("."))
+        abi = f"cp{major}{minor}"
+        accepted = {
+            (t.interpreter, t.abi)
+            for t in (
+                *cpython_tags((major, minor), abis=[abi], platforms=["any"]),
+                *compatible_tags((major, minor), abi, platforms=["any"]),
+            )
+        }
+        fits[python, tag] = any((t.interpreter, t.abi) in accepted for t in parse_tag(f"{tag}-any"))
+    return fits[python, tag]
+
+
+def _python_claims(lock: Lock, python: str, fits: dict[tuple[str, str], bool]) -> list[str]:
+    """What ``lock`` says of its interpreter that is not CPython ``python``: its own
+    `python`, requires-python, environments, and the tags of the wheels it installs there."""
+    from packaging.specifiers import SpecifierSet
+
+    envs = _target(python, lock.platform)
+    where = f"pins/{lock_name(lock.set)}"
+    out = []
+    if lock.python != python:
+        out.append(f"locked for CPython {lock.python}")
+    spec = SpecifierSet(lock.requires_python) if lock.requires_python else None
+    if spec is not None and not any(spec.contains(e["python_full_version"]) for e in envs):
+        out.append(f"requires-python {lock.requires_python}")
+    if lock.environments and not any(_holds((m,), envs, where) for m in lock.environments):
+        out.append(f"environments {' or '.join(repr(m) for m in lock.environments)}")
+    # Only the entries that install on that Python: a marker may keep one for another.
+    misfits = [
+        wheels[0].file
+        for p in lock.packages
+        if (wheels := [a for a in p.artifacts if a.is_wheel])
+        and (p.marker is None or _holds((p.marker,), envs, f"{where}: {p.name}"))
+        and not any(_wheel_fits(a.file, python, fits) for a in wheels)
+    ]
+    if misfits:
+        more = f" and {len(misfits) - 1} more" if len(misfits) > 1 else ""
+        out.append(f"wheel {misfits[0]}{more} is for another CPython")
+    return out
+
+
+def python_matches(locks: Mapping[str, Lock], images: Iterable[ImagePython]) -> list[Violation]:
+    """Each image's lock is for the CPython its base ships, in every way a lock says so; a
+    lock no image installs, for its own `python`. One line per image (or lock)."""
+    fits: dict[tuple[str, str], bool] = {}
+    found: dict[tuple[str, str], list[str]] = {}  # several images share a lock and a Python
+    out = []
+    checked = set()
+    for img in sorted(images, key=lambda i: (i.image, i.pin_set)):
+        lock = locks.get(img.pin_set)
+        if lock is None:
+            continue
+        checked.add(img.pin_set)
+        key = (img.pin_set, img.python)
+        if key not in found:
+            found[key] = _python_claims(lock, img.python, fits)
+        if claims := found[key]:
+            out.append(
+                Violation(
+                    img.pin_set,
+                    "python",
+                    "python-matches-base",
+                    f"{'; '.join(claims)}; image {img.image}'s base {img.base} ships "
+                    f"CPython {img.python}",
+                )
+            )
+    for name, lock in sorted(locks.items()):
+        if name not in checked and (claims := _python_claims(lock, lock.python, fits)):
+            out.append(
+                Violation(
+                    name,
+                    "python",
+                    "python-matches-lock",
+                    f"{'; '.join(claims)}; pins/{lock_name(name)} is for CPython {lock.python}",
+                )
+            )
+    return out
 
 
 def override_allowed(pins: Pins, policy: Policy) -> Iterable[Violation]:
@@ -349,6 +522,7 @@ def override_allowed(pins: Pins, policy: Policy) -> Iterable[Violation]:
 
 
 RULES: tuple[Rule, ...] = (
+    one_entry,
     cuda13_only,
     numpy_below_2,
     only_in,
@@ -371,8 +545,11 @@ def check(pins: Pins, policy: Policy | None = None) -> list[Violation]:
     return [v for rule in RULES for v in rule(pins, policy)]
 
 
-def check_all(state: PinState, policy: Policy | None = None) -> list[str]:
-    """Every invariant over the committed state, plus freshness: each lock matches its inputs."""
+def check_all(
+    state: PinState, policy: Policy | None = None, images: Iterable[ImagePython] = ()
+) -> list[str]:
+    """Every invariant over the committed state, plus freshness (each lock matches its
+    inputs) and each lock's Python against the ``images`` that install it (their bases')."""
     lines = []
     for name, inputs in state.inputs.sets.items():
         lock = state.locks[name]
@@ -385,4 +562,5 @@ def check_all(state: PinState, policy: Policy | None = None) -> list[str]:
                 )
             )
     pins = Pins(locks=state.locks, sources=state.sources)
-    return lines + [str(v) for v in check(pins, policy)]
+    pythons = sorted({str(v) for v in python_matches(state.locks, images)})
+    return lines + [str(v) for v in check(pins, policy)] + pythons

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -58,6 +59,9 @@ class Package:
     version: str
     artifacts: tuple[Artifact, ...]
     dependencies: tuple[str, ...] = ()
+    # PEP 508: the environments this entry is for (None: every one). Two entries of one name
+    # must not both hold for the lock's target; `halo pins check` refuses that.
+    marker: str | None = None
 
     @property
     def prerelease(self) -> bool:
@@ -76,10 +80,28 @@ class Lock:
     # [tool.halo] beyond the fields above: exclude-newer, requirements, excluded,
     # allow-prerelease, overrides.
     extra: dict[str, object] = field(default_factory=dict)
+    # What the file says its interpreter is (requires-python, environments), checked against
+    # `python` by `halo pins check`; empty in a Lock made in code, rendered from `python` and
+    # `platform`, so no part of a Lock's identity.
+    requires_python: str = field(default="", compare=False)
+    environments: tuple[str, ...] = field(default=(), compare=False)
 
     def package(self, name: str) -> Package | None:
+        """The first entry named ``name``; the invariants look at every one (`entries`)."""
         key = normalize(name)
         return next((p for p in self.packages if normalize(p.name) == key), None)
+
+    def entries(self, name: str) -> tuple[Package, ...]:
+        """Every entry named ``name``: a lock may hold several, told apart by their markers."""
+        return self._by_name.get(normalize(name), ())
+
+    @cached_property
+    def _by_name(self) -> dict[str, tuple[Package, ...]]:
+        # The rules ask for hundreds of names per lock: one pass, not one scan per name.
+        out: dict[str, tuple[Package, ...]] = {}
+        for p in self.packages:
+            out[normalize(p.name)] = (*out.get(normalize(p.name), ()), p)
+        return out
 
     @property
     def artifacts(self) -> tuple[Artifact, ...]:
@@ -105,6 +127,26 @@ def _normalized(value: str) -> str:
     return value
 
 
+def _marker(value: str) -> str:
+    from packaging.markers import InvalidMarker, Marker
+
+    try:
+        Marker(value)
+    except InvalidMarker:
+        raise ValueError("not a PEP 508 environment marker") from None
+    return value
+
+
+def _specifier(value: str) -> str:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        SpecifierSet(value)
+    except InvalidSpecifier:
+        raise ValueError("not a PEP 440 version specifier") from None
+    return value
+
+
 def _relative_file(value: str) -> str:
     name = value.removeprefix(f"{FILES_DIR}/")
     if name == value or name_problem(name) or "/" in name or name.startswith("."):
@@ -116,6 +158,8 @@ Sha256 = Annotated[str, StringConstraints(pattern=SHA256_RE.pattern)]
 VersionStr = Annotated[str, AfterValidator(_version)]
 Name = Annotated[str, StringConstraints(min_length=1), AfterValidator(_normalized)]
 RelPath = Annotated[str, AfterValidator(_relative_file)]
+MarkerStr = Annotated[str, AfterValidator(_marker)]
+SpecifierStr = Annotated[str, AfterValidator(_specifier)]
 
 
 class _Model(BaseModel):
@@ -139,6 +183,7 @@ class _Dependency(_Model):
 class _Package(_Model):
     name: Name
     version: VersionStr
+    marker: MarkerStr | None = None
     dependencies: list[_Dependency] = []
     wheels: list[_File] = []
     sdist: _File | None = None
@@ -165,8 +210,8 @@ class _Tool(BaseModel):
 class _Pylock(_Model):
     lock_version: Literal["1.0"] = Field(alias="lock-version")
     created_by: str = Field(alias="created-by")
-    requires_python: str = Field(alias="requires-python")
-    environments: list[str] = []
+    requires_python: SpecifierStr = Field(alias="requires-python")
+    environments: list[MarkerStr] = []
     packages: list[_Package]
     tool: _Tool
 
@@ -226,6 +271,7 @@ def parse_lock(text: str, origin: str) -> Lock:
                 for f in (*pkg.wheels, *([pkg.sdist] if pkg.sdist else []))
             ),
             dependencies=tuple(d.name for d in pkg.dependencies),
+            marker=pkg.marker,
         )
         for pkg in raw.packages
     )
@@ -242,6 +288,8 @@ def parse_lock(text: str, origin: str) -> Lock:
             "allow-prerelease": list(halo.allow_prerelease),
             "overrides": list(halo.overrides),
         },
+        requires_python=raw.requires_python,
+        environments=tuple(raw.environments),
     )
 
 
@@ -279,6 +327,8 @@ def _file(art: Artifact) -> dict[str, Any]:
 
 def _package(pkg: Package) -> dict[str, Any]:
     out: dict[str, Any] = {"name": normalize(pkg.name), "version": pkg.version}
+    if pkg.marker is not None:
+        out["marker"] = pkg.marker
     if pkg.dependencies:
         out["dependencies"] = [{"name": normalize(d)} for d in sorted(pkg.dependencies)]
     arts = sorted(pkg.artifacts, key=lambda a: a.file)

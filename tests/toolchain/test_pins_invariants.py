@@ -23,11 +23,16 @@ def pkg(
     artifacts: bool = True,
     deps: tuple[str, ...] = (),
     file: str | None = None,
+    marker: str | None = None,
 ) -> Package:
     file = file or f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
     arts = (Artifact(file, sha, 10),)
     return Package(
-        name=name, version=version, artifacts=arts if artifacts else (), dependencies=deps
+        name=name,
+        version=version,
+        artifacts=arts if artifacts else (),
+        dependencies=deps,
+        marker=marker,
     )
 
 
@@ -102,6 +107,19 @@ def add(set_name: str, *packages: Package, allow: tuple[str, ...] = ()) -> Calla
             "requirements": [p.name for p in keep + packages],
         }
         new = dataclasses.replace(old, packages=keep + packages, extra=extra)
+        return dataclasses.replace(pins, locks={**pins.locks, set_name: new})
+
+    return mutate
+
+
+def also(set_name: str, *packages: Package) -> Callable[[Pins], Pins]:
+    """Append entries to a set's lock, beside those of the same name (a lock may hold two)."""
+
+    def mutate(pins: Pins) -> Pins:
+        old = pins.locks[set_name]
+        roots = list(dict.fromkeys([*old.extra["requirements"], *(p.name for p in packages)]))  # type: ignore[misc]
+        extra = {**old.extra, "requirements": roots}
+        new = dataclasses.replace(old, packages=old.packages + packages, extra=extra)
         return dataclasses.replace(pins, locks={**pins.locks, set_name: new})
 
     return mutate
@@ -330,6 +348,43 @@ CASES = {
         add("blackwell", pkg("deep-ep", "1.0.0")),
         ["blackwell: deep-ep: source-not-from-index"],
     ),
+    # --- issue 27: a second entry of one name, and every rule on every entry ------------------
+    "second-numpy-entry-at-2": (
+        also("hopper", pkg("numpy", "2.1.0")),
+        ["hopper: numpy: one-entry", "hopper: numpy: numpy-below-2"],
+    ),
+    "second-numpy-entry-at-2-for-another-python": (
+        also("hopper", pkg("numpy", "2.1.0", marker="python_version >= '3.12'")),
+        ["hopper: numpy: numpy-below-2"],
+    ),
+    "second-torch-entry": (
+        also("hopper", pkg("torch", "2.10.0", marker="platform_machine == 'aarch64'")),
+        ["blackwell: torch: one-torch", "hopper: torch: one-torch"],
+    ),
+    "second-nccl-entry-in-sglang": (
+        also("sglang", pkg("nvidia-nccl-cu13", "2.29.1")),
+        ["sglang: nvidia-nccl-cu13: one-entry", "sglang: nvidia-nccl-cu13: nccl-matches-training"],
+    ),
+    "second-entry-needs-what-is-not-locked": (
+        also("cpu", pkg("numpy", "1.26.4", deps=("six",), marker="platform_machine == 'aarch64'")),
+        ["cpu: six: closure"],
+    ),
+    "second-entry-is-cu12": (
+        also(
+            "vllm",
+            pkg("cupy-cuda13x", "13.6.0"),
+            pkg("cupy-cuda13x", "13.6.0", deps=("cupy-cuda12x",), marker="python_version < '3.11'"),
+        ),
+        ["vllm: cupy-cuda13x: cuda13-only", "vllm: cupy-cuda12x: closure"],
+    ),
+    "two-impostor-deep-ep-entries": (
+        also("blackwell", pkg("deep-ep", "1.0.0"), pkg("deep-ep", "1.0.1")),
+        [
+            "blackwell: deep-ep: one-entry",
+            "blackwell: deep-ep: source-not-from-index",
+            "blackwell: deep-ep: source-not-from-index",
+        ],
+    ),
 }
 
 
@@ -458,6 +513,24 @@ WHY = {
         {"blackwell: flash-attn: required-in"},
     ),
     "a 63-hex sha256": (_short_sha, {"hopper: numpy: hash-pinned"}),
+    "a second numpy entry at 2.1.0 in blackwell": (
+        _packages("blackwell", lambda ps: (*ps, pkg("numpy", "2.1.0"))),
+        {"blackwell: numpy: one-entry", "blackwell: numpy: numpy-below-2"},
+    ),
+    "a second NCCL entry in hopper, for aarch64": (
+        _packages(
+            "hopper",
+            lambda ps: (
+                *ps,
+                pkg("nvidia-nccl-cu13", "2.27.7", marker="platform_machine == 'aarch64'"),
+            ),
+        ),
+        {
+            "blackwell: nvidia-nccl-cu13: one-nccl",
+            "hopper: nvidia-nccl-cu13: one-nccl",
+            "hopper: nvidia-nccl-cu13: builder-matches",
+        },
+    ),
 }
 
 
