@@ -285,6 +285,50 @@ def image_check(session: nox.Session) -> None:
         session.run("python", "-c", PRUNE_BUILD_CACHE, silent=True)
 
 
+# The local S3 server of the S3 dataset tests: moto in server mode, test-only (never in an
+# image lock), pinned and hash-checked like the toolchain.
+S3_SERVER_LOCK = "pins/test-s3-server.txt"
+
+
+@nox.session(name="lock-s3-server", python=PYTHON)
+def lock_s3_server(session: nox.Session) -> None:
+    """Re-resolve the S3 test server's lock (pins/test-s3-server.txt) from its .in file."""
+    session.run(
+        "uv", "pip", "compile", "--no-config", "--quiet", "pins/test-s3-server.in",
+        "--python-version", PYTHON, "--universal", "--generate-hashes",
+        "--exclude-newer", TOOLCHAIN_EXCLUDE_NEWER,
+        "--custom-compile-command", "nox -s lock-s3-server", "-o", S3_SERVER_LOCK,
+        external=True,
+    )  # fmt: skip
+
+
+@nox.session(name="test-s3", python=PYTHON)
+def test_s3(session: nox.Session) -> None:
+    """s3:// datasets against a real local S3 server, natively (tests/cpu/test_s3_datasets.py).
+
+    The CPU tier runs in `docker run --network none`, where no S3 server can be reached and
+    moto (test-only) is not installed: there these tests skip. Here the trainer runs from the
+    locked CPU stack (`halo stack install cpu`, the venv test-slurm uses, reused while its lock
+    is unchanged) and the tests start moto from its own small venv on a loopback port.
+    """
+    _halo(session)
+    scratch = os.environ.get("HALO_SCRATCH") or str(Path.home() / ".cache/halo/scratch")
+    stack = os.environ.get("HALO_SLURM_VENV") or f"{scratch}/stacks/cpu-slurm"
+    session.run("halo", "fetch", "cpu")
+    session.run("halo", "stack", "install", "cpu", stack)
+    moto = Path(session.create_tmp()) / "s3-server"
+    session.run(
+        "uv", "venv", "--quiet", "--allow-existing", "--python", PYTHON, str(moto), external=True
+    )
+    session.run(
+        "uv", "pip", "install", "--quiet", "--python", f"{moto}/bin/python",
+        "--require-hashes", "-r", S3_SERVER_LOCK, external=True,
+    )  # fmt: skip
+    env = {"HALO_TEST_MOTO_PYTHON": f"{moto}/bin/python", "OMP_NUM_THREADS": "1"}
+    test = "tests/cpu/test_s3_datasets.py"
+    session.run(f"{stack}/bin/python", "-m", "pytest", test, "-p", "no:cacheprovider", *session.posargs, env=env, external=True)  # fmt: skip
+
+
 @nox.session(name="test-rollout-cpu", python=PYTHON)
 def test_rollout_cpu(session: nox.Session) -> None:
     """The rollout tier against a real vLLM 0.26.0 on the CPU, in halo:cpu.

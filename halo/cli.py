@@ -40,6 +40,7 @@ COMMANDS = {
     "preflight": "halo.train.cli",
     "export": "halo.train.cli",
     "hf-cache": "halo.train.cli",
+    "plot": "halo.train.cli",
     "job": "halo.jobs.cli",
 }
 COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))

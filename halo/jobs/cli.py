@@ -79,6 +79,15 @@ def _start(args: argparse.Namespace) -> int:
     rest = [*unknown, *rest[cut + 1 :]]
     config = args.config.absolute()  # links are the config loader's to follow (one line)
     cfg = load(config, args.method, rest)  # a bad config is one line here, nothing started
+    from halo.urls import hide_override
+
+    # The record is read again by restart, so a secret would have to be written into it.
+    secret = next((hidden for a in rest if (hidden := hide_override(a)) != a), None)
+    if secret is not None:
+        raise HaloError(
+            f"{secret}: a job record never holds a secret; give it through the environment "
+            "instead (.env, which the job's container reads, or the variable the trainer reads)"
+        )
     name = args.name or cfg.runtime.job_name
     if (jobs_root() / name / "job.json").exists():
         raise HaloError(f"job {name}: exists; `halo job restart {name}` or pick --name")

@@ -35,10 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("extra", nargs=argparse.REMAINDER, help="-- --key=value overrides")
     q.set_defaults(func=preflight)
 
-    from halo.train import export, hfcache
+    from halo.train import export, hfcache, plot
 
     export.register(sub)
     hfcache.register(sub)
+    plot.register(sub)
 
 
 def _launch_flags(p: argparse.ArgumentParser, late: bool = False) -> None:
@@ -145,7 +146,7 @@ def launch(args: argparse.Namespace) -> int:
     from halo.report import table
     from halo.train import config, launcher, registry
     from halo.train import preflight as pf
-    from halo.urls import redact_text
+    from halo.urls import HIDDEN, hide_argv, is_secret_name
 
     reg = registry.default()
     if args.list:
@@ -183,13 +184,16 @@ def launch(args: argparse.Namespace) -> int:
     )
     checks = pf.gather(cfg, nproc, gpus)
     if args.dry_run:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.env.items()))
+        env = " ".join(
+            f"{k}={HIDDEN if is_secret_name(k) else shlex.quote(v)}"
+            for k, v in sorted(plan.env.items())
+        )
         where = f"{plan.nnodes} node(s) x " if plan.nnodes > 1 else ""
         print(
             f"# launcher: {plan.launcher}, {where}{plan.nproc} process(es), "
             f"gradient accumulation {plan.accumulation}"
         )
-        shown = redact_text(shlex.join(plan.argv))  # an override may carry a URL's token
+        shown = shlex.join(hide_argv(plan.argv))  # an override may carry a token
         print(f"command: {(env + ' ') if env else ''}{shown}")
         print(f"checkpoints: {cfg.job_dir}")
         print(f"logs: {cfg.log_dir / 'metrics.jsonl'}")
@@ -211,7 +215,7 @@ def launch(args: argparse.Namespace) -> int:
     from halo.train import fabric
 
     fabric.check(cfg.runtime.fabric, env)
-    print(f"halo launch: {shlex.join(plan.argv)}", file=sys.stderr, flush=True)
+    print(f"halo launch: {shlex.join(hide_argv(plan.argv))}", file=sys.stderr, flush=True)
     if plan.launcher == "python":
         from halo.train import stopping
 

@@ -11,11 +11,19 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    model_validator,
+)
 
 from halo import schema
 from halo.errors import HaloError
@@ -69,6 +77,16 @@ class Slurm(Section):
     requeue: bool = False
 
 
+class Profile(Section):
+    """torch.profiler around a window of steps: a Chrome/Perfetto trace per profiled rank under
+    $HALO_DATA_ROOT/profiling/<job>/ and a table of the top operators in the log."""
+
+    start_step: Positive = 1  # the first profiled step (1-based, as the progress lines count)
+    steps: Positive = 2
+    # The ranks that profile (every rank of the window joins the same collectives either way).
+    ranks: Literal["all"] | list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0])
+
+
 class Runtime(Section):
     job_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
     paths: Paths = Field(default_factory=Paths)
@@ -97,6 +115,12 @@ class Runtime(Section):
     max_duration_hours: Annotated[float, Field(gt=0)] | None = None
     # online-grpo: the rollout server's OpenAI API (else $HALO_ROLLOUT_URL).
     rollout_url: str | None = None
+    # Trackers that get every metrics.jsonl row as well (rank 0 only): wandb (offline unless
+    # WANDB_API_KEY is set and WANDB_MODE allows it), tensorboard (<logs>/<job>/tensorboard).
+    # A tracker that fails is one warning line; training and metrics.jsonl go on.
+    report_to: list[Literal["wandb", "tensorboard"]] = Field(default_factory=list)
+    # Off unless set: no profiler object exists, nothing is checked per step.
+    profile: Profile | None = None
 
 
 class Model(Section):
@@ -126,8 +150,41 @@ class Model(Section):
 DataFormat = Literal["auto", "messages", "sharegpt", "prompt_completion", "preference", "grpo"]
 
 
+# An S3 object (jsonl or parquet) or a prefix of shards (ending in /), read with boto3 and
+# cached under $HALO_DATA_ROOT/s3_datasets (halo.train.s3data).
+S3_URL = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/.+$"
+
+
+class S3Ref(str):
+    """An s3:// URL where a local path may stand: it has a path's ``name`` and ``suffix``, so
+    what names a source by its file (a method's first-example note) names it by its key."""
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        return self.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def suffix(self) -> str:
+        return Path(self.name).suffix
+
+
+S3Url = Annotated[str, Field(pattern=S3_URL), AfterValidator(S3Ref)]
+
+
+def _no_other_url(value: Any) -> Any:
+    """A URL that is no valid s3:// one must not pass on as a (mangled) local path."""
+    if isinstance(value, str) and "://" in value and not re.match(S3_URL, value):
+        raise ValueError("expected a local path or s3://BUCKET/KEY (a prefix ends in /)")
+    return value
+
+
+DataPath = Annotated[S3Url | PathField, BeforeValidator(_no_other_url)]
+
+
 class Source(Section):
-    path: PathField
+    path: DataPath
     format: DataFormat = "auto"
     # interleave: the chance that the next example comes from this source.
     probability: Annotated[float, Field(gt=0, le=1)] | None = None
@@ -139,9 +196,9 @@ class Source(Section):
 
 
 class Data(Section):
-    train: PathField | list[Source]
+    train: DataPath | list[Source]
     # A held-out set; or eval_fraction of train held out (deterministic, by training.seed).
-    eval: PathField | list[Source] | None = None
+    eval: DataPath | list[Source] | None = None
     eval_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.0
     # concat: every source in order; interleave: draw by probability until one runs out.
     mix: Literal["concat", "interleave"] = "concat"
@@ -155,7 +212,7 @@ class Data(Section):
         value = self.train if which == "train" else self.eval
         if value is None:
             return []
-        return [Source(path=value)] if isinstance(value, Path) else list(value)
+        return list(value) if isinstance(value, list) else [Source(path=value)]
 
 
 class Optim(Section):
@@ -292,7 +349,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
 
 
 def _resolve(value: Any, base: Path, maybe: bool = False) -> Any:
-    if not isinstance(value, str) or not value or Path(value).is_absolute():
+    if not isinstance(value, str) or not value or Path(value).is_absolute() or "://" in value:
         return value
     local = (base / value).resolve()
     return str(local) if not maybe or local.is_dir() else value
@@ -339,7 +396,7 @@ def _check(cfg: Config, method: str | None, raw: dict[str, Any]) -> list[str]:
     for which in ("train", "eval"):
         for n, src in enumerate(d.sources(which)):
             where = f"data.{which}" + (f"[{n}].path" if isinstance(getattr(d, which), list) else "")
-            if not src.path.is_file():
+            if isinstance(src.path, Path) and not src.path.is_file():
                 errors.append(f"{where}: file not found: {src.path}")
     if d.mix == "interleave":
         probs = [s.probability for s in d.sources()]
@@ -398,10 +455,18 @@ def to_dict(cfg: Config) -> dict[str, Any]:
 
 def dump_yaml(cfg: Config) -> str:
     """The config as it is shown (a dry run prints it): URLs without their credentials."""
-    from halo.urls import redact_url
+    return yaml.safe_dump(shown(cfg), sort_keys=False)
+
+
+def shown(cfg: Config) -> dict[str, Any]:
+    """The config as it may be shown or recorded (a dry run, a tracker's config): URLs without
+    their credentials, and the value of every key that names a secret hidden."""
+    from halo.urls import hide_secrets, redact_url
 
     data = to_dict(cfg)
     runtime = data.get("runtime") or {}
     if runtime.get("rollout_url"):
         runtime["rollout_url"] = redact_url(runtime["rollout_url"])
-    return yaml.safe_dump(data, sort_keys=False)
+    hidden = hide_secrets(data)
+    assert isinstance(hidden, dict)
+    return hidden

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from halo import schema
 from halo.errors import HaloError
-from halo.train import formats
+from halo.train import formats, s3data
 from halo.train.config import Data, Source
 
 T = TypeVar("T")
@@ -29,10 +29,21 @@ class Row:
     where: str  # "file:line" or "file: row N", for error messages
 
 
-def read_rows(path: Path) -> list[Row]:
-    """Rows of a JSONL or Parquet file; a bad line or non-UTF-8 byte is one error line."""
+def read_rows(path: Path | str) -> list[Row]:
+    """Rows of a JSONL or Parquet file; a bad line or non-UTF-8 byte is one error line.
+
+    An s3:// source (halo.train.s3data) is read from its verified cached copy, its shards in
+    key order; errors name the object's URL, not the cache."""
+    if s3data.is_s3(path):
+        return [
+            row for url, local in s3data.local_files(str(path)) for row in _read_file(local, url)
+        ]
+    return _read_file(Path(path), str(path))
+
+
+def _read_file(path: Path, shown: str) -> list[Row]:
     if path.suffix == ".parquet":
-        return _read_parquet(path)
+        return _read_parquet(path, shown)
     rows = []
     for n, line in enumerate(schema.read_text(path).splitlines(), 1):
         if not line.strip():
@@ -40,26 +51,26 @@ def read_rows(path: Path) -> list[Row]:
         try:
             row = json.loads(line)
         except ValueError as exc:
-            raise HaloError(f"{path}:{n}: not valid JSON ({exc})") from None
+            raise HaloError(f"{shown}:{n}: not valid JSON ({exc})") from None
         if not isinstance(row, dict):
-            raise HaloError(f"{path}:{n}: expected a JSON object per line")
-        rows.append(Row(row, f"{path}:{n}"))
+            raise HaloError(f"{shown}:{n}: expected a JSON object per line")
+        rows.append(Row(row, f"{shown}:{n}"))
     if not rows:
-        raise HaloError(f"{path}: no examples")
+        raise HaloError(f"{shown}: no examples")
     return rows
 
 
-def _read_parquet(path: Path) -> list[Row]:
+def _read_parquet(path: Path, shown: str) -> list[Row]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowException) as exc:
-        raise HaloError(f"{path}: not a readable Parquet file ({exc})") from None
-    rows = [Row(r, f"{path}: row {n}") for n, r in enumerate(table.to_pylist(), 1)]
+        raise HaloError(f"{shown}: not a readable Parquet file ({exc})") from None
+    rows = [Row(r, f"{shown}: row {n}") for n, r in enumerate(table.to_pylist(), 1)]
     if not rows:
-        raise HaloError(f"{path}: no examples")
+        raise HaloError(f"{shown}: no examples")
     return rows
 
 

@@ -34,6 +34,8 @@ from halo.train.state import (
 )
 from halo.train.stopping import StopFlag
 from halo.train.tokenizer import ChatTokenizer
+from halo.train.trackers import Trackers
+from halo.train.trackers import start as start_trackers
 
 
 def micro_batches(items: list[Any], size: int | None) -> list[list[Any]]:
@@ -94,7 +96,8 @@ def _pass(
         )
     tr.optim.step()
     tr.scheduler.step()
-    return loss, {k: (ctx.sum(v) / count).item() for k, v in extra_sum.items()}
+    extras = {k: (ctx.sum(v) / count).item() for k, v in extra_sum.items()}
+    return loss, {**extras, "grad_norm": norm}  # before clipping, as clip_grad_norm_ returns it
 
 
 def prepare(tr: Trainer, items: list[Any]) -> tuple[list[Batch], list[Any], float]:
@@ -119,6 +122,8 @@ def prepare(tr: Trainer, items: list[Any]) -> tuple[list[Batch], list[Any], floa
 
 def step(tr: Trainer, items: list[Any]) -> StepStats:
     """One optimizer step (``updates_per_batch`` passes) on this process's share of a batch."""
+    if tr.profiler is not None:
+        tr.profiler.before(tr.step + 1)
     t0, c0 = time.monotonic(), time.process_time()
     ctx, method = tr.ctx, tr.method
     batches, prepared, count = prepare(tr, items)
@@ -134,7 +139,10 @@ def step(tr: Trainer, items: list[Any]) -> StepStats:
     mean = {k: sum(e[k] for e in extras) / len(extras) for k in extras[0]}
     lr = tr.scheduler.get_last_lr()[0]
     loss = sum(losses) / len(losses)
-    return StepStats(loss, mean, tokens, time.monotonic() - t0, lr, time.process_time() - c0)
+    stats = StepStats(loss, mean, tokens, time.monotonic() - t0, lr, time.process_time() - c0)
+    if tr.profiler is not None:
+        tr.profiler.after(tr.step)
+    return stats
 
 
 def evaluate(tr: Trainer, items: list[Any]) -> float:
@@ -158,10 +166,18 @@ def evaluate(tr: Trainer, items: list[Any]) -> float:
 
 
 class Metrics:
-    """Progress lines on stdout and metrics.jsonl rows, from the main process only."""
+    """Progress lines on stdout and metrics.jsonl rows, from the main process only; each row,
+    once written, also goes to the trackers (halo.train.trackers), which can never stop it."""
 
-    def __init__(self, log_dir: Path, ctx: distributed.Context, every: int) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        ctx: distributed.Context,
+        every: int,
+        trackers: Trackers | None = None,
+    ) -> None:
         self.ctx, self.every, self.fh = ctx, every, None
+        self.trackers = trackers or Trackers()
         if ctx.is_main:
             log_dir.mkdir(parents=True, exist_ok=True)
             self.fh = (log_dir / "metrics.jsonl").open("a")
@@ -170,6 +186,7 @@ class Metrics:
         if self.fh:
             self.fh.write(json.dumps(row) + "\n")
             self.fh.flush()
+        self.trackers.log(row)
 
     def step(self, n: int, total: int, epoch: int, st: StepStats) -> None:
         if not (n % self.every == 0 or n == total):
@@ -201,6 +218,24 @@ class Metrics:
     def close(self) -> None:
         if self.fh:
             self.fh.close()
+        self.trackers.close()
+
+
+def open_metrics(cfg: Config, ctx: distributed.Context, tr: Trainer, resumed: bool) -> Metrics:
+    """metrics.jsonl and the trackers of runtime.report_to, for a run at ``tr``'s step."""
+    from halo.train import config as configs
+
+    shown = {**configs.shown(cfg), "method": tr.method.name}
+    trackers = start_trackers(
+        cfg.runtime.report_to,
+        cfg.log_dir,
+        cfg.runtime.job_name,
+        shown,
+        ctx.is_main,
+        resumed_at=tr.step if resumed else None,
+        lineage=tr.lineage,
+    )
+    return Metrics(cfg.log_dir, ctx, cfg.logging.every_steps, trackers)
 
 
 def _eval_due(cfg: Config, method: Method, n: int, total: int) -> bool:
@@ -225,6 +260,10 @@ def start(
     sched = Schedule(len(method.items), t.global_batch_size, t.seed, t.epochs, t.max_steps)
     tr = setup.setup(cfg, method, tok, ctx, sched.total_steps)
     found = saving.resume(tr)
+    if cfg.runtime.profile is not None:
+        from halo.train import profiling
+
+        tr.profiler = profiling.window(cfg, ctx.rank, sched.total_steps)
     log(
         ctx,
         f"{method.name}: {len(method.items)} items, {sched.steps_per_epoch} steps/epoch, {sched.total_steps} steps, world {ctx.world} ({tr.mode}), device {ctx.device}",
@@ -304,7 +343,7 @@ def train(
     """The loop: setup (`start`), then per batch a `step`, its `record`, and `Checkpoints`."""
     stop = stop or StopFlag()
     tr, sched, resumed = start(cfg, method, tok, ctx)
-    metrics = Metrics(cfg.log_dir, ctx, cfg.logging.every_steps)
+    metrics = open_metrics(cfg, ctx, tr, resumed)
     result = Result(tr.step, {}, 0, 0.0, False, None)
     checkpoints = Checkpoints(tr, sched, result, resumed, checkpoint_hook_sleep)
     started = time.monotonic()
@@ -322,6 +361,8 @@ def train(
         raise TrainingError(f"step {tr.step}: a number overflowed ({exc})") from None
     finally:
         metrics.close()
+        if tr.profiler is not None:
+            tr.profiler.close()  # a run stopped inside the window still writes its trace
     result.steps = tr.step
     result.seconds = time.monotonic() - started
     return result

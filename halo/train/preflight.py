@@ -261,7 +261,8 @@ def driver() -> Check:
 
 def gather(cfg: Config, nproc: int, gpu_count: int) -> list[Check]:
     inputs = [s.path for s in cfg.data.sources("train") + cfg.data.sources("eval")]
-    missing = [str(p) for p in inputs if not p.is_file()]
+    # s3:// sources are checked where they are read (halo.train.s3data: credentials, cache).
+    missing = [str(p) for p in inputs if isinstance(p, Path) and not p.is_file()]
     return [
         Check(
             "data",

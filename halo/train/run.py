@@ -90,13 +90,45 @@ def _job_lock(cfg: Any, ctx: Any) -> Iterator[None]:
             lock.release()
 
 
+@contextlib.contextmanager
+def _s3_data(cfg: Any, ctx: Any) -> Iterator[None]:
+    """s3:// sources: the first process of each node brings the cache up to date (and says
+    what it did); then every process reads the cached copies without asking S3 again, so all
+    of them train on the same bytes."""
+    from halo.train import s3data
+
+    sources = cfg.data.sources("train") + cfg.data.sources("eval")
+    urls = [str(s.path) for s in sources if s3data.is_s3(s.path)]
+    if not urls:
+        yield
+        return
+    problem = None
+    if ctx.local_rank == 0:
+        try:
+            s3data.prefetch(urls)
+        except HaloError as exc:
+            problem = exc.message
+    if ctx.any(problem is not None):
+        raise HaloError(problem or "data: another node could not fetch its s3:// data")
+    before = os.environ.get(s3data.OFFLINE_ENV)
+    os.environ[s3data.OFFLINE_ENV] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(s3data.OFFLINE_ENV, None)
+        else:
+            os.environ[s3data.OFFLINE_ENV] = before
+
+
 def _train(cfg: Any, module_name: str, ctx: Any, stop: StopFlag) -> None:
     from halo.train import checkpoint, loop
     from halo.train import tokenizer as tk
 
     tok = tk.for_config(cfg)
     module = importlib.import_module(module_name)
-    method = module.build(cfg, tok)
+    with _s3_data(cfg, ctx):
+        method = module.build(cfg, tok)
     hook = checkpoint.test_hook_sleep(os.environ.get(checkpoint.TEST_HOOK_SLEEP_ENV))
     # A method with its own loop (online-grpo: rollouts between steps) brings its train().
     train = getattr(module, "train", loop.train)

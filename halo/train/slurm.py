@@ -20,6 +20,7 @@ tasks.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -72,6 +73,29 @@ class SlurmJob:
     grace_s: int = 300
     requeue: bool = False
     rdzv_port: int = RDZV_PORT
+    # Secret override values by the variable the script reads them from (hide_overrides):
+    # sbatch passes them in the job's environment, never in the script.
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
+
+
+SECRET_VAR = "HALO_SECRET_{}"
+_SECRET_REF = re.compile(r"^(--[^=\s]+=)\$\{(HALO_SECRET_[0-9]+)\}$")
+
+
+def hide_overrides(overrides: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Overrides as the script may show them: a value that holds a secret (a key naming a
+    secret, a URL's credentials: halo.urls) becomes ``${HALO_SECRET_N}``; the values by name."""
+    from halo.urls import hide_override
+
+    shown, values = [], {}
+    for arg in overrides:
+        if hide_override(arg) == arg:
+            shown.append(arg)
+            continue
+        name = SECRET_VAR.format(len(values) + 1)
+        key, _, values[name] = arg.partition("=")
+        shown.append(f"{key}=${{{name}}}")
+    return shown, values
 
 
 def runner_for(container: str | None, venv: Path | None) -> Runner:
@@ -116,8 +140,14 @@ def _node_command(job: SlurmJob) -> str:
         "--rdzv-id",
         '"slurm-$SLURM_JOB_ID"',
     ]
-    quoted = lambda words: [shlex.quote(w) for w in words]  # noqa: E731
-    return " ".join([*quoted(_halo(job)), *quoted(head), *rdzv, *quoted(tail)])
+    return " ".join([*map(_word, _halo(job)), *map(_word, head), *rdzv, *map(_word, tail)])
+
+
+def _word(word: str) -> str:
+    """One shell word; a secret's reference expands from the job's environment."""
+    if m := _SECRET_REF.match(word):
+        return f'{shlex.quote(m.group(1))}"${{{m.group(2)}}}"'
+    return shlex.quote(word)
 
 
 def render(job: SlurmJob) -> str:
@@ -207,7 +237,8 @@ class Sbatch:
         # The default partition carries a '*'.
         return sorted({p.strip().rstrip("*") for p in r.stdout.split() if p.strip()})
 
-    def submit(self, script: str) -> str:
+    def submit(self, script: str, env: dict[str, str] | None = None) -> str:
+        # sbatch exports its environment to the job (--export=ALL): the secrets travel there.
         r = subprocess.run(
             ["sbatch", "--parsable"],
             input=script,
@@ -215,6 +246,7 @@ class Sbatch:
             text=True,
             timeout=120,
             check=False,
+            env={**os.environ, **(env or {})},
         )
         if r.returncode != 0:
             raise HaloError(f"sbatch: {(r.stderr or r.stdout).strip()}")
@@ -276,11 +308,12 @@ def job_from_config(
         raise HaloError(f"--nproc-per-node: expected a positive number, got {per_node}")
     launcher.check_batch(cfg, per_node)
     venv = Path(sl.venv) if sl.venv is not None else None
+    shown, secrets = hide_overrides(overrides)
     return SlurmJob(
         job_name=rt.job_name,
         nodes=rt.nnodes,
         nproc_per_node=per_node,
-        launch_args=["launch", method, str(config_path), "--", *overrides],
+        launch_args=["launch", method, str(config_path), "--", *shown],
         workdir=Path.cwd(),
         log_dir=cfg.log_dir,
         mkdirs=[cfg.job_dir, cfg.log_dir],
@@ -296,6 +329,7 @@ def job_from_config(
         host_halo=[sys.executable, "-m", "halo"],
         grace_s=sl.grace_s,
         requeue=sl.requeue,
+        secrets=secrets,
     )
 
 
@@ -313,7 +347,8 @@ def launch(job: SlurmJob, dry_run: bool, scheduler: Scheduler) -> int:
         return 0
     # Slurm opens the job's output file on the first node: its folder must exist already.
     job.log_dir.mkdir(parents=True, exist_ok=True)
-    job_id = scheduler.submit(script)
+    # (Only a job with secrets passes an environment: a Scheduler may take the script alone.)
+    job_id = scheduler.submit(script, job.secrets) if job.secrets else scheduler.submit(script)  # type: ignore[call-arg]
     print(f"halo launch: submitted {job.job_name} as job {job_id}", file=sys.stderr, flush=True)
     print(job_id)
     return 0

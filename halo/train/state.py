@@ -80,6 +80,8 @@ class Trainer:
     autocast: Any
     step: int = 0
     lineage: int = 1
+    # runtime.profile's window on this rank (halo.train.profiling), None when off.
+    profiler: Any = None
 
 
 @dataclass(frozen=True)

@@ -220,7 +220,7 @@ def train(
         f"online-grpo: {t.global_batch_size} prompts x {ro.n} per step, "
         f"from {client.shown} ({client.model})",
     )
-    metrics = loop.Metrics(cfg.log_dir, ctx, cfg.logging.every_steps)
+    metrics = loop.open_metrics(cfg, ctx, tr, resumed)
     result = Result(tr.step, {}, 0, 0.0, False, None)
     checkpoints = loop.Checkpoints(tr, sched, result, resumed, checkpoint_hook_sleep)
     started = time.monotonic()
