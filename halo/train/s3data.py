@@ -37,7 +37,7 @@ from halo.train.dataroot import data_root
 OFFLINE_ENV = "HALO_S3_OFFLINE"
 META = "halo-s3.json"
 SHARD_SUFFIXES = (".jsonl", ".parquet")
-_CHUNK = 1 << 20
+_CHUNK = 1 << 18  # 256 KiB: written as it arrives
 # Error codes that say the credentials are wrong or lack the right: authoritative, never a
 # reason to fall back to the cache.
 _DENIED = {

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import EXAMPLES, outputs, run_halo
+from .conftest import EXAMPLES, REPO, outputs, run_halo
 
 pytestmark = pytest.mark.cpu
 
@@ -115,8 +115,7 @@ class S3Server:
                 self.proc.wait()
 
 
-@pytest.fixture
-def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[S3Server]:
+def _moto() -> str:
     python = os.environ.get(MOTO_ENV)
     if not python or not Path(python).is_file():
         pytest.skip(
@@ -126,6 +125,21 @@ def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[S3Server]:
     pytest.importorskip(
         "boto3", reason="the trainer's stack carries boto3 (pins/requirements/trainer.in)"
     )
+    return python
+
+
+@pytest.fixture(scope="module")
+def shared_server() -> Iterator[S3Server]:
+    """One server for the tests that keep it running (each uses keys of its own)."""
+    server = S3Server(_moto())
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # Nothing of the machine's own AWS set-up may take part: only what each test gives.
     for k in [k for k in os.environ if k.startswith("AWS_")]:
         monkeypatch.delenv(k)
@@ -134,7 +148,17 @@ def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[S3Server]:
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setenv("HALO_DATA_ROOT", str(tmp_path / "data"))
     monkeypatch.delenv("HALO_S3_OFFLINE", raising=False)
-    server = S3Server(python)
+
+
+@pytest.fixture
+def s3(shared_server: S3Server, clean_env: None) -> S3Server:
+    return shared_server
+
+
+@pytest.fixture
+def own_s3(clean_env: None) -> Iterator[S3Server]:
+    """A server of this test's own: it stops it midway."""
+    server = S3Server(_moto())
     try:
         yield server
     finally:
@@ -160,8 +184,9 @@ def _files_holding(root: Path, needle: str) -> list[str]:
 
 
 def test_launch_trains_from_s3_then_from_the_cache_with_the_server_stopped(
-    s3: S3Server, tmp_path: Path
+    own_s3: S3Server, tmp_path: Path
 ) -> None:
+    s3 = own_s3
     s3.put("sft/train.jsonl", (EXAMPLES / "sft" / "train.jsonl").read_bytes())
     hf_token, api_key = f"hf_{secrets.token_hex(12)}", secrets.token_hex(12)
     secret_values = [s3.secret, hf_token, api_key]
@@ -238,8 +263,9 @@ def test_an_object_changed_upstream_is_fetched_again(
 
 
 def test_a_prefix_of_shards_is_one_source_in_key_order_and_works_offline(
-    s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    own_s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    s3 = own_s3
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -276,10 +302,50 @@ def test_a_partial_download_never_becomes_a_cache_entry(
     assert _entries(tmp_path / "data") == []  # no entry, no temporary folder left behind
 
 
+def test_a_download_killed_midway_leaves_no_cache_entry(
+    s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process dies (SIGKILL: no handler runs) while the bytes arrive: what it wrote is a
+    hidden temporary folder, never the entry, and the next run downloads the object whole."""
+    import sys
+    import time
+
+    from halo.train import s3data
+
+    # Larger than the reader's 256 KiB chunk: the first chunk lands, then the network stalls.
+    body = b"".join(b'{"prompt": "%d", "completion": "%d"}\n' % (i, i) for i in range(20000))
+    s3.put("killed/train.jsonl", body)
+    url = f"s3://{BUCKET}/killed/train.jsonl"
+    root = tmp_path / "data"
+    code = (
+        "from pathlib import Path; from halo.train import s3data; "
+        f"s3data.Cache(Path({str(root)!r})).files({url!r})"
+    )
+    with _cutting_proxy(s3.url, budget=len(body) // 2, stall=True) as proxy:
+        env = {**os.environ, **s3.env(), "AWS_ENDPOINT_URL": proxy, "PYTHONPATH": str(REPO)}
+        proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=REPO)
+        try:
+            deadline = time.monotonic() + 120
+            while not [p for p in root.glob("s3_datasets/.*.tmp/*") if p.stat().st_size > 0]:
+                assert proc.poll() is None and time.monotonic() < deadline, "no download began"
+                time.sleep(0.05)
+        finally:
+            proc.kill()
+            proc.wait()
+    entry = s3data.entry_name(BUCKET, "killed/train.jsonl")
+    assert [e for e in _entries(root) if not e.startswith(".")] == []
+    _use(monkeypatch, s3.env())
+    said: list[str] = []
+    (path,) = s3data.Cache(root, say=said.append).files(url)
+    assert said[-1].startswith(f"{url}: downloaded") and path.parent.name == entry
+    assert path.read_bytes() == body
+
+
 @contextlib.contextmanager
-def _cutting_proxy(upstream: str, budget: int) -> Iterator[str]:
+def _cutting_proxy(upstream: str, budget: int, stall: bool = False) -> Iterator[str]:
     """A TCP relay to ``upstream`` that closes each connection after ``budget`` bytes of
-    response: a network that breaks mid-download, with the server's real responses."""
+    response (or, with ``stall``, stops relaying and holds it open): a network that breaks
+    mid-download, with the server's real responses."""
     host, port = upstream.removeprefix("http://").split(":")
     listener = socket.create_server(("127.0.0.1", 0))
     stop = threading.Event()
@@ -299,6 +365,8 @@ def _cutting_proxy(upstream: str, budget: int) -> Iterator[str]:
                 data = data[: budget - sent]
                 client.sendall(data)
                 sent += len(data)
+        if stall:
+            stop.wait()
         for s in (client, server):
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)

@@ -4,12 +4,14 @@ read back with each library's own reader; a tracker that fails never stops train
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .conftest import EXAMPLES, metrics, outputs, run_halo, train_here
+from .conftest import EXAMPLES, REPO, halo_env, metrics, outputs, train_here
 
 pytestmark = pytest.mark.cpu
 
@@ -120,11 +122,16 @@ def test_a_wandb_that_fails_at_start_is_one_warning_line_and_training_goes_on(
     tmp_path: Path, wandb_env: dict[str, str]
 ) -> None:
     """Seed 002: wandb dies on a compute node's service socket. Here its service token names
-    a socket nobody listens on; the run still trains, exits 0 and says so in one line."""
-    proc = run_halo(
-        "launch", "sft", str(SFT), "--", *outputs(tmp_path), "--training.max_steps=2",
-        "--checkpoint.every_steps=0", "--runtime.report_to=[wandb, tensorboard]",
-        WANDB_SERVICE=f"3-1-unix-{tmp_path / 'no-such.sock'}", **wandb_env,
+    a socket nobody listens on; the trainer's process (what `halo launch` execs) still trains,
+    exits 0 and says so in one line."""
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "halo.train.run", "--method", "sft", "--config", str(SFT),
+            *outputs(tmp_path), "--training.max_steps=2", "--checkpoint.every_steps=0",
+            "--runtime.report_to=[wandb, tensorboard]",
+        ],
+        env=halo_env(WANDB_SERVICE=f"3-1-unix-{tmp_path / 'no-such.sock'}", **wandb_env),
+        capture_output=True, text=True, timeout=600, cwd=REPO,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     warnings = [line for line in (proc.stdout + proc.stderr).splitlines() if "warning" in line]
