@@ -192,6 +192,8 @@ def start(
             if name == "tensorboard":
                 live.append(TensorBoard(log_dir / "tensorboard", resumed_at))
                 say(f"tracker tensorboard: {log_dir / 'tensorboard'}")
+            elif name == "wandb" and wandb_mode(dict(os.environ)) == "disabled":
+                say("tracker wandb: off (WANDB_MODE=disabled)")
             elif name == "wandb":
                 resumed = resumed_at is not None
                 run_id = wandb_run_id(log_dir, lineage, resumed)

@@ -176,8 +176,16 @@ def test_a_tracker_that_fails_mid_run_is_dropped_with_one_line() -> None:
     ]
 
 
-def test_wandb_is_offline_unless_a_key_is_set_and_the_mode_allows() -> None:
-    from halo.train.trackers import wandb_mode
+def test_wandb_is_offline_unless_a_key_is_set_and_the_mode_allows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from halo.train.trackers import start, wandb_mode
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    said: list[str] = []
+    t = start(["wandb"], tmp_path, "job", {}, is_main=True, say=said.append)
+    assert t.live == [] and said == ["tracker wandb: off (WANDB_MODE=disabled)"]
+    assert start(["wandb"], tmp_path, "job", {}, is_main=False).live == []  # rank > 0
 
     assert wandb_mode({}) == "offline"
     assert wandb_mode({"WANDB_API_KEY": "k"}) == "online"
