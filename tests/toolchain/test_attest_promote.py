@@ -220,3 +220,25 @@ def test_promote_without_trusted_keys_says_so(
         _promote(ns, staged, {**env, "HALO_TRUSTED_KEYS": ""}),
         "no trusted keys (set HALO_TRUSTED_KEYS); tier cpu: 1 found, none valid",
     )
+
+
+def test_a_server_image_is_gated_on_its_stack_proof_not_on_another_tier(
+    ns: Namespace,
+    stage,  # type: ignore[no-untyped-def]
+    keys: tuple[TestKey, TestKey],
+    env: dict[str, str],
+) -> None:
+    staged = stage()
+    sign_passing(staged, keys[0], tier="cpu")  # a pass of a tier vllm's gate does not name
+    release = ns.registry("release")
+    ns.track(release, "vllm-server")
+    argv = ("image", "promote", "vllm", "--from", staged, "--registry", release)
+    refused = halo(*argv, cwd=REPO, env=env)
+    assert refused.returncode == 2
+    assert "no valid passing attestation for tier stack: tier stack: no attestation" in (
+        refused.stderr
+    )
+    sign_passing(staged, keys[0], tier="stack")  # what `halo stack verify vllm --image` records
+    done = halo(*argv, cwd=REPO, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "tier stack: passed at" in done.stderr

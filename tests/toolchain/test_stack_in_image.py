@@ -14,11 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from attest_support import TestKey
 from support import COPY_IGNORE, REPO, docker_or_skip, halo
 
 from halo.images.docker import Docker
 from halo.stack.in_image import ROWS_MARK, parse
 from halo.stack.verify import FAIL, OK
+from halo.testing.attest import read
 
 BROKEN = "halo-test-broken:cpu"
 
@@ -64,20 +66,41 @@ def _rows(stdout: str) -> dict[str, str]:
     return out
 
 
+def _recorded(store: Path):  # type: ignore[no-untyped-def]
+    """The one test attestation a run recorded under ``store`` (by the image's config digest)."""
+    (folder,) = (store / "attestations").iterdir()
+    (path,) = folder.iterdir()
+    att = read(path.read_bytes())
+    assert att.statement is not None and f"sha256:{folder.name}" in att.statement.digests()
+    return att.statement
+
+
 @pytest.mark.docker
-def test_the_cpu_image_proves_its_stack_inside_itself(cpu_ref: str) -> None:
-    proc = halo("stack", "verify", "cpu", "--image", cpu_ref, cwd=REPO)
+def test_the_cpu_image_proves_its_stack_inside_itself(cpu_ref: str, tmp_path: Path) -> None:
+    env = {**TestKey.make(tmp_path / "keys").env(), "HALO_STORE": str(tmp_path / "store")}
+    proc = halo("stack", "verify", "cpu", "--image", cpu_ref, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
     rows = _rows(proc.stdout)
     for check in ("lock", "pip-check", "versions", "patches", "imports", "torch", "nccl", "elf"):
         assert rows.get(check) == OK, (check, proc.stdout)
     assert f"cpu in {cpu_ref}" in proc.stdout
+    # Recorded as the image's test result of tier "stack" (the server images' promote gate).
+    assert "tier stack: PASSED recorded for sha256:" in proc.stderr
+    st = _recorded(tmp_path / "store")
+    assert (st.inputs.tier, st.outcome.result, st.inputs.placement) == ("stack", "PASSED", ("cpu",))
+    assert "stack::pip-check" in st.outcome.passed and not st.outcome.failed
 
 
 @pytest.mark.docker
-def test_an_uninstalled_distribution_fails_with_rows_that_name_it(broken_ref: str) -> None:
-    proc = halo("stack", "verify", "cpu", "--image", broken_ref, cwd=REPO)
+def test_an_uninstalled_distribution_fails_with_rows_that_name_it(
+    broken_ref: str, tmp_path: Path
+) -> None:
+    env = {"HALO_ATTEST_KEY": "", "HALO_STORE": str(tmp_path / "store")}
+    proc = halo("stack", "verify", "cpu", "--image", broken_ref, cwd=REPO, env=env)
     assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
+    assert "tier stack: FAILED recorded" in proc.stderr and "UNSIGNED" in proc.stderr
+    st = _recorded(tmp_path / "store")
+    assert {"stack::versions", "stack::imports"} <= set(st.outcome.failed)
     rows = _rows(proc.stdout)
     assert rows["versions"] == FAIL and rows["imports"] == FAIL and rows["lock"] == OK
     assert "halo: stack: cpu: versions: safetensors: locked " in proc.stderr
