@@ -39,7 +39,7 @@ class Window:
             acts = [ProfilerActivity.CPU]
             if torch.cuda.is_available():
                 acts.append(ProfilerActivity.CUDA)
-            self.prof = profile(activities=acts)
+            self.prof = profile(activities=acts, acc_events=True)  # one window: keep its events
             self.prof.__enter__()
             self.last_seen = step
 
