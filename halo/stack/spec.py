@@ -26,7 +26,8 @@ class StackSpec:
 
 
 DEFAULT_SETS = ("blackwell", "hopper", "vllm", "sglang")
-_TRAINING = ("torch", "numpy", "safetensors", "yaml")
+# The trainer's own imports, with numpy 1.x: around a run too (trackers, `halo plot`, s3://).
+_TRAINING = ("torch", "numpy", "safetensors", "yaml", "wandb", "tensorboard", "matplotlib", "boto3")
 
 
 def spec_for(set_name: str, policy: Policy | None = None) -> StackSpec:

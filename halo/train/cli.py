@@ -8,6 +8,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -71,8 +72,29 @@ def _launch_flags(p: argparse.ArgumentParser, late: bool = False) -> None:
     ):
         p.add_argument(name, type=kind, help=what, **({"default": None} if not late else d))
     p.add_argument("--nodes", dest="nnodes", type=int, help="--slurm: nodes (= --nnodes)", **d)
+    for key, what in PARALLEL_FLAGS.items():  # the seed's flags (runtime.parallelism)
+        spelled = "--" + key.replace("_", "-")
+        p.add_argument(
+            f"--{key}", spelled, type=int, help=what, **({"default": None} if not late else d)
+        )
     p.add_argument("--slurm", help="write an sbatch script and submit it", **flag)
     p.add_argument("--requeue", help="--slurm: requeue the job on node failure", **flag)
+
+
+# The seed's parallelism flags: runtime.parallelism keys, forwarded to every node.
+PARALLEL_FLAGS = {
+    "expert_parallel_size": "experts split over this many ranks (borrowed from dp_shard)",
+    "tensor_parallel_size": "attention and dense MLPs split over this many ranks",
+    "context_parallel_size": "each sequence split over this many ranks (ring attention)",
+}
+
+
+def parallel_overrides(args: argparse.Namespace) -> list[str]:
+    return [
+        f"--runtime.parallelism.{key}={getattr(args, key)}"
+        for key in PARALLEL_FLAGS
+        if getattr(args, key, None) is not None
+    ]
 
 
 # Launch flags that are config keys: they reach the trainer (and every node) as overrides.
@@ -105,7 +127,7 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
     ]
     if getattr(args, "requeue", False):
         out.append("--runtime.slurm.requeue=true")
-    return out
+    return out + parallel_overrides(args)
 
 
 def _extra(args: argparse.Namespace) -> list[str]:
@@ -146,6 +168,7 @@ def launch(args: argparse.Namespace) -> int:
     from halo.report import table
     from halo.train import config, launcher, registry
     from halo.train import preflight as pf
+    from halo.train.parallel import support
     from halo.urls import HIDDEN, hide_argv, is_secret_name
 
     reg = registry.default()
@@ -153,8 +176,8 @@ def launch(args: argparse.Namespace) -> int:
         specs = [reg.get(n) for n in reg.names()]
         print(
             table(
-                ["method", "module", "what it trains"],
-                [[s.name, s.module, s.summary] for s in specs],
+                ["method", "module", "what it trains", "parallel dims"],
+                [[s.name, s.module, s.summary, support.shown(s.name)] for s in specs],
             )
         )
         return 0
@@ -167,8 +190,13 @@ def launch(args: argparse.Namespace) -> int:
     if args.slurm:
         from halo.train import slurm
 
-        job = slurm.job_from_config(spec.name, args.config.resolve(), cfg, args.nproc, user)
-        return slurm.launch(job, args.dry_run, slurm.Sbatch())
+        forwarded = parallel_overrides(args) + user
+        job = slurm.job_from_config(spec.name, args.config.resolve(), cfg, args.nproc, forwarded)
+        dims = _mesh(cfg, spec.name, job.nodes * job.nproc_per_node)
+        rc = slurm.launch(job, args.dry_run, slurm.Sbatch())
+        if args.dry_run:
+            print("\n".join(_plan(cfg, dims)))
+        return rc
     gpus = pf.gpu_count()
     nproc = args.nproc if args.nproc is not None else cfg.runtime.nproc_per_node
     if nproc is None:
@@ -182,6 +210,7 @@ def launch(args: argparse.Namespace) -> int:
         sys.executable,
         accelerate_installed=importlib.util.find_spec("accelerate") is not None,
     )
+    dims = _mesh(cfg, spec.name, nproc * cfg.runtime.nnodes)
     checks = pf.gather(cfg, nproc, gpus)
     if args.dry_run:
         env = " ".join(
@@ -204,6 +233,7 @@ def launch(args: argparse.Namespace) -> int:
                 [[c.name, "yes" if c.ok else "NO", c.detail] for c in checks],
             )
         )
+        print("\n".join(_plan(cfg, dims)))
         print("# resolved config")
         print(config.dump_yaml(cfg), end="")
         print("# first example of each data source")
@@ -226,6 +256,20 @@ def launch(args: argparse.Namespace) -> int:
     from halo.train import supervise
 
     return supervise.run(plan.argv, env, cfg.job_dir)
+
+
+def _mesh(cfg: Any, method: str, world: int) -> Any:
+    """The run's mesh for ``world`` processes, checked against the model and the method
+    before anything starts (torch-free: a login node checks it too)."""
+    from halo.train.parallel import dims
+
+    return dims.check(cfg, method, world)
+
+
+def _plan(cfg: Any, mesh: Any) -> list[str]:
+    from halo.train.parallel import plan
+
+    return plan.describe(cfg, mesh)
 
 
 def _describe(module: str, cfg: object) -> list[str]:

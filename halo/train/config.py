@@ -87,6 +87,24 @@ class Profile(Section):
     ranks: Literal["all"] | list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0])
 
 
+class Parallelism(Section):
+    """One device mesh (halo.train.parallel): dp_replicate x dp_shard x cp x tp processes, with
+    expert parallelism borrowing ep of the dp_shard ranks. The last three are the seed's flags
+    (--tensor_parallel_size, --context_parallel_size, --expert_parallel_size)."""
+
+    # Unset: 1, or every rank the others leave under parallel_mode ddp.
+    data_parallel_replicate_size: Positive | None = None
+    # Unset: every rank the others leave (FSDP2 shards over these).
+    data_parallel_shard_size: Positive | None = None
+    context_parallel_size: Positive = 1
+    tensor_parallel_size: Positive = 1
+    expert_parallel_size: Positive = 1
+    # auto: DeepEP where it loads on GPUs, else all-to-all over torch.distributed.
+    expert_parallel_backend: Literal["auto", "all_to_all", "deepep"] = "auto"
+    # The expert matmul: torch._grouped_mm where the build has it (auto), or a loop.
+    grouped_mm: Literal["auto", "grouped", "loop"] = "auto"
+
+
 class Runtime(Section):
     job_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
     paths: Paths = Field(default_factory=Paths)
@@ -121,6 +139,7 @@ class Runtime(Section):
     report_to: list[Literal["wandb", "tensorboard"]] = Field(default_factory=list)
     # Off unless set: no profiler object exists, nothing is checked per step.
     profile: Profile | None = None
+    parallelism: Parallelism = Field(default_factory=Parallelism)
 
 
 class Model(Section):
@@ -135,6 +154,10 @@ class Model(Section):
     chat_template: PathField | None = None
     attention: Literal["auto", "sdpa", "fa2", "fa3", "fa4"] = "auto"
     activation_checkpointing: bool = False
+    # Mixture-of-experts models: the load-balancing loss's weight (unset: the model config's
+    # router_aux_loss_coef) and the router z-loss's (off at 0).
+    router_aux_loss_coef: Annotated[float, Field(ge=0)] | None = None
+    router_z_loss_coef: Annotated[float, Field(ge=0)] = 0.0
 
     @model_validator(mode="after")
     def _one_source(self) -> Model:
@@ -251,6 +274,10 @@ class Checkpoint(Section):
     keep_last: NonNegative = 2
     # false: start a new run lineage in the job folder; older checkpoints are left alone.
     resume: bool = True
+    # hf: full weights from rank 0 (a Hugging Face folder); dcp: every rank writes its shards
+    # (torch.distributed.checkpoint; `halo export` consolidates). auto: dcp under a mesh
+    # (tp, cp or ep > 1) of several processes, else hf.
+    format: Literal["auto", "hf", "dcp"] = "auto"
 
 
 class Logging(Section):

@@ -28,10 +28,16 @@ class Context:
     world: int
     local_rank: int
     device: torch.device
+    # The run's halo.train.parallel.mesh.Mesh when it has one (tp, cp or ep, or a MoE model).
+    mesh: Any = None
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    def data_shard(self) -> tuple[int, int]:
+        """(index, count) of this process's share of a batch: tp and cp ranks read the same."""
+        return self.mesh.data_shard(self.rank, self.world) if self.mesh else (self.rank, self.world)
 
     def sum(self, t: torch.Tensor) -> torch.Tensor:
         if self.world > 1:

@@ -70,12 +70,18 @@ def write_hf(
     max_shard_bytes: int = SHARD_BYTES,
 ) -> None:
     """A loadable model folder in ``folder`` (which exists and is empty)."""
-    from transformers import GenerationConfig
-
     if getattr(config, "tie_word_embeddings", False):
         # Tied: the head is the embedding; loaders re-tie it, so it is stored once.
         state = {k: v for k, v in state.items() if not k.endswith("lm_head.weight")}
     write_weights(folder, state, max_shard_bytes)
+    write_hf_files(folder, config, tokenizer)
+
+
+def write_hf_files(folder: Path, config: Any, tokenizer: Any) -> None:
+    """A model folder's files beside its weights: config.json, generation_config.json and the
+    tokenizer (sharded checkpoints write these, their weights in shards of their own)."""
+    from transformers import GenerationConfig
+
     config.save_pretrained(str(folder))
     gen = GenerationConfig.from_model_config(config)
     gen.eos_token_id = tokenizer.eos_id
@@ -128,14 +134,33 @@ def export(checkpoint: Path, out: Path) -> Path:
         raise HaloError(f"{out}: exists and is not empty")
     if out.exists():
         out.rmdir()
-    files = (ck.read_meta(checkpoint) or {}).get("files", {})
+    meta = ck.read_meta(checkpoint) or {}
+    files = meta.get("files", {})
+    sharded = meta.get("format") == "dcp"
     with staged_dir(out) as tmp:
         for rel in model_files(checkpoint):
+            if sharded and rel.split("/")[0] == "dcp":
+                continue  # the shards: consolidated below
             entry = files[rel]
             digest = entry if isinstance(entry, str) else entry["sha256"]
             _copy_regular(checkpoint / rel, tmp / rel, digest)
+        if sharded:
+            _consolidate(checkpoint, tmp)
         tmp.chmod(0o755)
     return out
+
+
+def _consolidate(checkpoint: Path, folder: Path) -> None:
+    """A sharded (DCP) checkpoint's weights, whole, as the safetensors write_hf writes."""
+    from transformers import AutoConfig
+
+    from halo.train.parallel import dcp
+
+    state = dcp.consolidate(checkpoint)
+    conf = AutoConfig.from_pretrained(str(checkpoint), local_files_only=True)
+    if getattr(conf, "tie_word_embeddings", False):
+        state = {k: v for k, v in state.items() if not k.endswith("lm_head.weight")}
+    write_weights(folder, state, SHARD_BYTES)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -22,6 +22,7 @@ from halo.errors import HaloError, os_error
 from halo.train import distributed, saving, setup
 from halo.train.config import Config
 from halo.train.data import Schedule
+from halo.train.parallel import hooks
 from halo.train.setup import log
 from halo.train.state import (
     Batch,
@@ -53,6 +54,9 @@ def _tokens(b: Batch) -> int:
 
 def _grad_norm(tr: Trainer) -> float:
     clip = tr.cfg.optim.grad_clip or math.inf
+    meshed = hooks.grad_norm(tr, clip)  # parameters on several meshes (tp, ep, FSDP2)
+    if meshed is not None:
+        return meshed
     norm = torch.nn.utils.clip_grad_norm_(tr.model.parameters(), clip)
     return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
@@ -68,10 +72,13 @@ def backward(
     extra_sum: dict[str, torch.Tensor] = {}
     for n, (b, prep) in enumerate(zip(batches, prepared, strict=True)):
         with distributed.no_sync(tr.model, last=n == len(batches) - 1), tr.autocast:
+            hooks.begin(tr, b)
             s, extra = tr.method.loss(tr.model, b, prep)
             # DDP/FSDP average gradients over processes; scale so the result is the
             # gradient of (sum over all processes) / (global count).
-            (s * (ctx.world / count)).backward()
+            scaled = s * (ctx.world / count)
+            router = hooks.router_loss(tr, len(batches))  # MoE: load balancing, z-loss
+            (scaled if router is None else scaled + router).backward()
         loss_sum += s.detach().float()
         for k, v in extra.items():
             extra_sum[k] = extra_sum.get(k, torch.zeros((), device=ctx.device)) + v.detach().float()
@@ -97,6 +104,7 @@ def _pass(
     tr.optim.step()
     tr.scheduler.step()
     extras = {k: (ctx.sum(v) / count).item() for k, v in extra_sum.items()}
+    extras.update(hooks.step_stats(tr))
     return loss, {**extras, "grad_norm": norm}  # before clipping, as clip_grad_norm_ returns it
 
 
@@ -148,19 +156,20 @@ def step(tr: Trainer, items: list[Any]) -> StepStats:
 def evaluate(tr: Trainer, items: list[Any]) -> float:
     """The method's loss over ``items`` (spread over processes), without gradients."""
     ctx, method = tr.ctx, tr.method
-    mine = method.shard(items, 0, 1)[ctx.rank :: ctx.world]
+    index, ranks = ctx.data_shard()  # tp and cp ranks evaluate the same items
+    mine = method.shard(items, 0, 1)[index::ranks]
     loss = torch.zeros((), device=ctx.device)
     count = torch.zeros((), device=ctx.device)
+    size = tr.cfg.training.micro_batch_size or tr.cfg.training.global_batch_size
     tr.model.eval()
     with torch.no_grad(), tr.autocast:
-        for mb in micro_batches(
-            mine, tr.cfg.training.micro_batch_size or tr.cfg.training.global_batch_size
-        ):
+        for mb, counted in hooks.eval_batches(tr, mine, items, size):
             b = _to(method.collate(mb), ctx.device)
             prepared = method.prepare(tr.model, tr.reference, [b])[0] if method.prepare else None
             s, _ = method.loss(tr.model, b, prepared)
-            loss += s.float()
-            count += method.count(b)
+            if counted:  # an uncounted forward only keeps the mesh's collectives in step
+                loss += s.float()
+                count += method.count(b)
     tr.model.train()
     return (ctx.sum(loss) / ctx.sum(count).clamp(min=1e-9)).item()
 
@@ -246,7 +255,7 @@ def _eval_due(cfg: Config, method: Method, n: int, total: int) -> bool:
 def _batches(tr: Trainer, sched: Schedule) -> Iterator[list[Any]]:
     while tr.step < sched.total_steps:
         items = [tr.method.items[i] for i in sched.global_batch_of(tr.step)]
-        yield tr.method.shard(items, tr.ctx.rank, tr.ctx.world)
+        yield tr.method.shard(items, *tr.ctx.data_shard())
 
 
 def start(

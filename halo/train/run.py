@@ -50,9 +50,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run(method_name: str, config_path: Path, extra: list[str], stop: StopFlag) -> int:
     from halo.train import config, distributed, registry
+    from halo.train.parallel import dims
 
     spec = registry.default().get(method_name)
     cfg = config.load(config_path, spec.name, extra)
+    # A mesh that cannot be (ep not dividing the experts, ...) is one line before any group.
+    dims.check(cfg, spec.name, int(os.environ.get("WORLD_SIZE", "1")))
     ctx = distributed.init()
     try:
         with _job_lock(cfg, ctx):

@@ -17,6 +17,7 @@ import torch
 from halo.errors import HaloError
 from halo.train import checkpoint, distributed, export, joblock
 from halo.train import model as hf
+from halo.train.parallel import dcp
 from halo.train.setup import log
 from halo.train.state import DivergedError, Trainer
 
@@ -51,6 +52,8 @@ def save(
 ) -> Path | None:
     """Write a checkpoint of ``tr`` (collective: every process calls it); prune its lineage."""
     ctx, cfg = tr.ctx, tr.cfg
+    if dcp.enabled(tr):
+        return _save_sharded(tr, reason, epoch, extra_meta, hook_sleep)
     msd = distributed.model_state(tr.model)
     osd = distributed.optimizer_state(tr.model, tr.optim)
     bad = ctx.broadcast(_finite(msd) if ctx.is_main else None)
@@ -81,6 +84,36 @@ def save(
             meta,
             hook_sleep=hook_sleep,
         )
+        for gone in checkpoint.prune(cfg.job_dir, tr.lineage, cfg.checkpoint.keep_last):
+            log(ctx, f"checkpoint: pruned {gone.name}")
+    ctx.barrier()
+    return path
+
+
+def _save_sharded(
+    tr: Trainer, reason: str, epoch: int, extra_meta: dict[str, Any] | None, hook_sleep: float
+) -> Path | None:
+    """The DCP form of ``save`` (halo.train.parallel.dcp): every rank writes its shards."""
+    ctx, cfg = tr.ctx, tr.cfg
+    dirname = checkpoint.name(tr.lineage, epoch, tr.step)
+    log(ctx, f"checkpoint: writing {dirname} ({reason}, sharded)")
+    meta = {
+        "step": tr.step,
+        "epoch": epoch,
+        "lineage": tr.lineage,
+        "method": tr.method.name,
+        "job_name": cfg.runtime.job_name,
+        "reason": reason,
+        "global_batch_size": cfg.training.global_batch_size,
+        "seed": cfg.training.seed,
+        "world_size": ctx.world,
+        **(extra_meta or {}),
+    }
+    state = {"scheduler": tr.scheduler.state_dict(), "rng": rng_state()}
+    path = dcp.save(
+        tr, dirname, state, meta, lambda f: export.write_hf_files(f, tr.conf, tr.tok), hook_sleep
+    )
+    if ctx.is_main:
         for gone in checkpoint.prune(cfg.job_dir, tr.lineage, cfg.checkpoint.keep_last):
             log(ctx, f"checkpoint: pruned {gone.name}")
     ctx.barrier()
@@ -162,9 +195,12 @@ def resume(tr: Trainer) -> checkpoint.Found | None:
     check_compatible(tr, found.path, meta)
     state = checkpoint.load_trainer_state(found.path)
     try:
-        distributed.load_states(
-            tr.model, tr.optim, checkpoint.load_weights(found.path), state["optimizer"]
-        )
+        if dcp.is_dcp(meta):  # shards, cut to this run's mesh
+            dcp.load(tr, found.path)
+        else:
+            distributed.load_states(
+                tr.model, tr.optim, checkpoint.load_weights(found.path), state["optimizer"]
+            )
         tr.scheduler.load_state_dict(state["scheduler"])
         set_rng_state(state["rng"])
     except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:
