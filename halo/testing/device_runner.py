@@ -88,6 +88,16 @@ def bench_lines(path: Path) -> list[str]:
             f"| {p['seq_len']} x {p['batch']} | {t['tokens_per_s']:.0f} | {pct(t['mfu'])} | "
             f"{q['tokens_per_s']:.0f} | {pct(q['mfu'])} | {p['ratio']:.3f} |"
         )
+    moe = r.get("moe") or []
+    if moe:  # the MoE rows (halo/train/gpubench.py: moe_suite)
+        lines += ["", "| MoE, Qwen3-30B-A3B-shaped | GPUs | EP | TP | backend | tokens/s/GPU | MFU |",
+                  "|---|---|---|---|---|---|---|"]  # fmt: skip
+        for m in moe:
+            lines.append(
+                f"| {m['layers']} of 48 layers, seq {m['seq_len']} x {m['batch']} | {m['gpus']} | "
+                f"{m['ep']} | {m['tp']} | {m['backend']} | {m['tokens_per_s_per_gpu']:.0f} | "
+                f"{pct(m['mfu'])} |"
+            )
     return lines
 
 

@@ -143,8 +143,18 @@ def _items(seq_len: int, batch: int, vocab: int, seed: int) -> list[Any]:
     return [Sequence(r[:-1], r[1:], [1.0] * seq_len) for r in rows]
 
 
-def _trainer(conf: dict[str, Any], max_seq: int, batch: int, device: str) -> Any:
-    """The trainer as `halo launch sft` builds it: config, tokenizer, setup (one GPU)."""
+def _trainer(
+    conf: dict[str, Any],
+    max_seq: int,
+    batch: int,
+    device: str,
+    extra: tuple[str, ...] = (),
+    ctx: Any = None,
+    stray: dict[str, Any] | None = None,
+) -> Any:
+    """The trainer as `halo launch sft` builds it: config, tokenizer, setup (one GPU, or the
+    process group of ``ctx``). ``stray``: model config fields transformers keeps as extra
+    attributes, as it does loading a Hub config.json (Qwen3-MoE's head_dim)."""
     import torch
 
     from halo.train import config, distributed, setup
@@ -158,9 +168,12 @@ def _trainer(conf: dict[str, Any], max_seq: int, batch: int, device: str) -> Any
         f"--data.max_seq_len={max_seq}",
         # Rows of one length: padding-free packing would only add a block-diagonal mask.
         "--data.packing=false",
+        *extra,
     ]
     cfg = config.load(REPO / "examples" / "bench" / "config.yaml", "sft", overrides)
-    ctx = distributed.Context(0, 1, 0, torch.device(device))
+    if stray and cfg.model.config is not None:
+        cfg.model.config.update(stray)
+    ctx = ctx or distributed.Context(0, 1, 0, torch.device(device))
     tok = tk.for_config(cfg)
     method = sft.build(cfg, tok)
     return setup.setup(cfg, method, tok, ctx, total_steps=10_000)
@@ -249,6 +262,185 @@ def measure(
     }
 
 
+# Qwen3-30B-A3B's published shape (seed 004's MoE), layers reduced to fit the GPUs there are.
+QWEN3_30B_A3B: dict[str, Any] = {
+    "model_type": "qwen3_moe",
+    "vocab_size": 151936,
+    "hidden_size": 2048,
+    "num_hidden_layers": 48,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "intermediate_size": 6144,
+    "moe_intermediate_size": 768,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "norm_topk_prob": True,
+    "router_aux_loss_coef": 0.001,
+    "max_position_embeddings": 8192,
+    "tie_word_embeddings": False,
+}
+# Its head_dim (128, not hidden / heads): an extra attribute to transformers' Qwen3MoeConfig.
+QWEN3_30B_A3B_STRAY = {"head_dim": 128}
+MOE_SEQ, MOE_BATCH = 2048, 4
+MOE_ANCHOR = (
+    "anchor: torchtitan reports 14,796 tokens/s per GPU for Qwen3-30B-A3B at EP=8 with DeepEP "
+    "against 9,930 with all-to-all EP (+33%, 341 TFLOPS per GPU), H100s"
+)
+
+
+def moe_layers_that_fit(conf: dict[str, Any], free_bytes: float, ep: int = 1) -> int:
+    """Decoder layers whose fp32 weights, gradients and AdamW moments (16 bytes a parameter,
+    experts split ep ways) take at most half of ``free_bytes``; activations get the rest."""
+    from halo.train.models.arch import from_config
+
+    a = from_config({**conf, **QWEN3_30B_A3B_STRAY, "num_hidden_layers": 1})
+    c = a.counts()
+    per_layer = c["attention"] + c["router"] + c["experts"] / ep
+    fixed = c["embeddings"]
+    layers = int((0.5 * free_bytes / 16 - fixed) // per_layer)
+    return max(1, min(layers, int(conf["num_hidden_layers"])))
+
+
+def moe_flops_per_token(conf: dict[str, Any], seq_len: int) -> float:
+    """6 x active parameters (top-k experts, the LM head; no embedding lookup) + attention."""
+    from halo.train.models.arch import from_config
+
+    a = from_config({**conf, **QWEN3_30B_A3B_STRAY})
+    return 6 * a.active_params() + 12 * a.layers * a.heads * a.head_dim * seq_len
+
+
+def measure_moe(
+    conf: dict[str, Any] | None = None,
+    seq_len: int = MOE_SEQ,
+    batch: int = MOE_BATCH,
+    steps: int = 6,
+    warmup: int = 2,
+    device: str = "cuda",
+    ctx: Any = None,
+    parallel: tuple[str, ...] = (),
+    stray: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Tokens/s per GPU and MFU of the trainer's SFT step on the MoE (this process's share
+    under torchrun: ``ctx`` and ``parallel``, e.g. ("--expert_parallel_size=8",))."""
+    import torch
+
+    from halo.train import loop
+
+    conf = dict(conf or QWEN3_30B_A3B)
+    stray = QWEN3_30B_A3B_STRAY if stray is None else stray
+    world = ctx.world if ctx is not None else 1
+    # Each data-parallel rank gets ``batch`` rows (tp ranks share theirs).
+    tp = next((int(x.split("=")[1]) for x in parallel if "tensor_parallel" in x), 1)
+    dp = world // tp
+    tr = _trainer(conf, seq_len, batch * dp, device, parallel, ctx, stray)
+    items = _items(seq_len, batch * dp, conf["vocab_size"], seed=0)
+    mine = tr.method.shard(items, *tr.ctx.data_shard())
+    seconds = _timed(lambda: loop.step(tr, mine), steps, warmup, device)
+    per_gpu = batch * seq_len * dp / world / seconds
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    peak = peak_flops(name)
+    fpt = moe_flops_per_token({**conf, **stray}, seq_len)
+    mesh = tr.ctx.mesh.dims if tr.ctx.mesh is not None else None
+    backend = "one GPU: no exchange"
+    if mesh is not None and mesh.ep > 1:
+        backend = next(
+            (b.dispatcher.name for b in tr.model.modules() if hasattr(b, "dispatcher")), "?"
+        )
+    return {
+        "gpu": name,
+        "gpus": world,
+        "layers": conf["num_hidden_layers"],
+        "ep": mesh.ep if mesh else 1,
+        "tp": mesh.tp if mesh else 1,
+        "backend": backend,
+        "seq_len": seq_len,
+        "batch": batch,
+        "tokens_per_s_per_gpu": per_gpu,
+        "mfu": per_gpu * fpt / peak if peak else None,
+        "step_s": seconds,
+    }
+
+
+def moe_rows(results: list[dict[str, Any]], note: str = "") -> list[tuple[str, str, str, bool]]:
+    """(benchmark, measured, budget, ok) rows of the MoE measurements (no floor: the anchor
+    is torchtitan's, on other hardware; a row that ran is a pass)."""
+    out = []
+    for r in results:
+        how = (
+            f"EP {r['ep']} ({r['backend']})"
+            if r["ep"] > 1
+            else f"TP {r['tp']}"
+            if r["tp"] > 1
+            else "one GPU"
+        )
+        name = (
+            f"gpu: MoE SFT step, Qwen3-30B-A3B-shaped ({r['layers']} of 48 layers), bf16, "
+            f"{how}, {r['gpus']} GPU(s), seq {r['seq_len']} x {r['batch']}"
+        )
+        measured = f"{r['tokens_per_s_per_gpu']:.0f} tok/s/GPU; MFU {_pct(r['mfu'])}" + note
+        out.append((name, measured, "measured (anchor: torchtitan)", True))
+    return out
+
+
+def _moe_rank(args: argparse.Namespace) -> int:
+    """One rank of a multi-GPU MoE row (under torchrun); rank 0 writes the JSON."""
+    from halo.train import distributed
+
+    ctx = distributed.init()
+    try:
+        conf = {**QWEN3_30B_A3B, "num_hidden_layers": args.moe_layers}
+        parallel = tuple(args.moe_parallel or ())
+        r = measure_moe(conf, ctx=ctx, parallel=parallel, steps=args.steps, warmup=args.warmup)
+        if ctx.is_main and args.json:
+            from halo.atomic import write_text
+
+            write_text(args.json, json.dumps(r) + "\n")
+    finally:
+        distributed.shutdown(clean=True)
+    return 0
+
+
+def _free_bytes() -> float:
+    import torch
+
+    free, _ = torch.cuda.mem_get_info()
+    return float(free)
+
+
+def moe_suite(steps: int, warmup: int) -> tuple[list[dict[str, Any]], str]:
+    """The one-GPU MoE row; with several GPUs, EP (all-to-all, DeepEP) and TP rows over all
+    of them, each in its own torchrun. Returns (results, a note for the table)."""
+    import subprocess
+    import tempfile
+
+    import torch
+
+    gpus = torch.cuda.device_count()
+    one = {**QWEN3_30B_A3B, "num_hidden_layers": moe_layers_that_fit(QWEN3_30B_A3B, _free_bytes())}
+    results = [measure_moe(one, steps=steps, warmup=warmup)]
+    torch.cuda.empty_cache()
+    if gpus < 2:
+        return results, "; one GPU here: no EP/TP rows"
+    n = min(gpus, 8)
+    layers = moe_layers_that_fit(QWEN3_30B_A3B, _free_bytes(), ep=n)
+    runs = [
+        (f"--expert_parallel_size={n}", "--runtime.parallelism.expert_parallel_backend=all_to_all"),
+        (f"--expert_parallel_size={n}", "--runtime.parallelism.expert_parallel_backend=deepep"),
+        (f"--tensor_parallel_size={min(n, 4)}",),
+    ]
+    with tempfile.TemporaryDirectory(prefix="halo-moebench-") as tmp:
+        for i, parallel in enumerate(runs):
+            out = Path(tmp) / f"moe{i}.json"
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   f"--nproc-per-node={n}", "-m", "halo.train.gpubench", "--moe-rank",
+                   f"--moe-layers={layers}", f"--steps={steps}", f"--warmup={warmup}",
+                   "--json", str(out), *[f"--moe-parallel={x}" for x in parallel]]  # fmt: skip
+            subprocess.run(cmd, cwd=REPO, check=False)
+            if out.is_file():
+                results.append(json.loads(out.read_text()))
+    return results, ""
+
+
 def _pct(x: float | None) -> str:
     return "n/a (unknown GPU peak)" if x is None else f"{100 * x:.1f}%"
 
@@ -278,6 +470,15 @@ def skipped_row(reason: str) -> tuple[str, str, str, bool]:
     )
 
 
+def skipped_moe_row(reason: str) -> tuple[str, str, str, bool]:
+    return (
+        "gpu: MoE SFT step, Qwen3-30B-A3B-shaped, bf16 (EP/TP rows with >= 2 GPUs)",
+        f"skipped: no GPU ({reason})",
+        "measured (anchor: torchtitan)",
+        True,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m halo.train.gpubench", description=__doc__.splitlines()[0]
@@ -286,17 +487,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the result as JSON here")
+    parser.add_argument("--no-moe", action="store_true", help="only the dense rows")
+    # One rank of a multi-GPU MoE row (moe_suite starts these under torchrun).
+    parser.add_argument("--moe-rank", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--moe-layers", type=int, default=4, help=argparse.SUPPRESS)
+    parser.add_argument("--moe-parallel", action="append", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.moe_rank:
+        return _moe_rank(args)
     from halo.report import table
 
     reason = no_gpu_reason()
     if reason:
         print(f"gpu bench: skipped: no GPU ({reason})")
         result: dict[str, Any] = {"skipped": f"no GPU ({reason})", "ok": True}
-        table_rows = [skipped_row(reason)]
+        table_rows = [skipped_row(reason), skipped_moe_row(reason)]
     else:
         result = measure(tuple(args.seq_lens), args.steps, args.warmup)
         table_rows = rows(result)
+        if not args.no_moe:
+            import torch
+
+            torch.cuda.empty_cache()
+            moe, note = moe_suite(args.steps, args.warmup)
+            result["moe"] = moe
+            table_rows += moe_rows(moe, note)
         print(
             f"gpu: {result['gpu']}, attention {result['attention']}, "
             f"{result['params'] / 1e9:.2f}B parameters, {TOKENS_PER_STEP} tokens/step"
@@ -312,6 +527,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(FORMULA)
     print(ANCHOR)
+    print(MOE_ANCHOR)
     if args.json:
         from halo.atomic import write_text
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -22,6 +23,7 @@ from halo.train import attention, distributed, optimizer
 from halo.train import model as hf
 from halo.train import tokenizer as tk
 from halo.train.config import Config
+from halo.train.parallel import build as parallel
 from halo.train.state import Method, Trainer
 
 
@@ -41,8 +43,9 @@ def _sharded(
     ctx: distributed.Context,
     bf16: bool,
     full: dict[str, torch.Tensor] | None,
+    build: Callable[..., nn.Module] = hf.build,
 ) -> nn.Module:
-    m = hf.build(cfg.model, conf, backend, cfg.training.seed, device="meta")
+    m = build(cfg.model, conf, backend, cfg.training.seed, device="meta")
     distributed.wrap(m, "fsdp", ctx, bf16)
     distributed.materialise(m, full, ctx)
     hf.restore_buffers(m, ctx.device)
@@ -57,16 +60,17 @@ def models(
     mode: str,
     bf16: bool,
     reference: bool,
+    build: Callable[..., nn.Module] = hf.build,
 ) -> tuple[nn.Module, nn.Module | None]:
     """(policy, reference or None), placed and wrapped for ``mode``."""
     if mode == "fsdp":
         full = None
         if ctx.is_main:
-            full = hf.build(cfg.model, conf, backend, cfg.training.seed).state_dict()
-        policy = _sharded(cfg, conf, backend, ctx, bf16, full)
-        ref = _frozen(_sharded(cfg, conf, backend, ctx, bf16, full)) if reference else None
+            full = build(cfg.model, conf, backend, cfg.training.seed).state_dict()
+        policy = _sharded(cfg, conf, backend, ctx, bf16, full, build)
+        ref = _frozen(_sharded(cfg, conf, backend, ctx, bf16, full, build)) if reference else None
         return policy.train(), ref
-    base = hf.build(cfg.model, conf, backend, cfg.training.seed).to(ctx.device)
+    base = build(cfg.model, conf, backend, cfg.training.seed).to(ctx.device)
     ref = _frozen(copy.deepcopy(base)) if reference else None
     return distributed.wrap(base.train(), mode, ctx, bf16), ref
 
@@ -87,21 +91,39 @@ def setup(
     )
     log(ctx, f"attention: {choice.backend} ({choice.reason})")
     conf = hf.hf_config(cfg.model, tok)
-    policy, ref = models(cfg, conf, choice.backend, ctx, mode, bf16, method.needs_reference)
+    if method.configure is not None:
+        conf = method.configure(conf)
+    build = method.build_model or hf.build
+    # A mesh (tp, cp, ep; a MoE model): halo.train.parallel places the models; else below.
+    placed = parallel.layout(cfg, conf, ctx, method.name)
+    if placed is not None:
+        layout, ctx = placed
+        mode = layout.mode
+        policy, ref = parallel.models(
+            cfg, conf, choice.backend, ctx, layout, bf16, method.needs_reference, build
+        )
+        parallel.adapt_method(layout, method, tok.pad_id, lambda line: log(ctx, line))
+    else:
+        policy, ref = models(
+            cfg, conf, choice.backend, ctx, mode, bf16, method.needs_reference, build
+        )
+    sharded = mode == "fsdp" or (placed is not None and placed[0].sharded)
     # FSDP: a forward before the first step leaves its shards in a state the first
     # checkpoint's state-dict gathering trips over; those runs skip this check.
-    if mode != "fsdp":
+    if not sharded:
         length = min(
             cfg.data.max_seq_len, getattr(conf, "max_position_embeddings", None) or 256, 256
         )
         hf.first_forward(policy, conf, cfg.model.name_or_path or "model.config", ctx.device, length)
+    # Fused AdamW takes plain tensors only (FSDP's and TP/EP's DTensors: the foreach path).
+    fused = not sharded and (ctx.mesh is None or not ctx.mesh.distributed)
     optim, scheduler = optimizer.make(
-        cfg.optim, policy, total_steps * method.updates_per_batch, fused=mode != "fsdp"
+        cfg.optim, policy, total_steps * method.updates_per_batch, fused=fused
     )
     # FSDP casts through its mixed-precision policy; otherwise autocast does.
     autocast = (
         torch.autocast(ctx.device.type, dtype=torch.bfloat16)
-        if bf16 and mode != "fsdp"
+        if bf16 and not sharded
         else contextlib.nullcontext()
     )
     return Trainer(cfg, method, tok, ctx, policy, ref, optim, scheduler, conf, mode, autocast)
