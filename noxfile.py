@@ -454,6 +454,13 @@ def publish(session: nox.Session) -> None:
     session.run("halo", "image", "promote", *session.posargs)
 
 
+@nox.session(name="attest-keygen", python=PYTHON)
+def attest_keygen(session: nox.Session) -> None:
+    """Make an ed25519 key pair for signing test attestations: -- PATH (writes PATH and PATH.pub)."""
+    _halo(session)
+    session.run("halo", "attest", "keygen", *session.posargs)
+
+
 @nox.session(name="verify-public", python=PYTHON)
 def verify_public(session: nox.Session) -> None:
     """Check that anyone can pull what was published (-- NAME…), with no credentials."""

@@ -145,6 +145,15 @@ class Job:
     def publishes(self) -> bool:
         return any(s.session == PUBLISH_SESSION for s in self.steps)
 
+    @property
+    def attests(self) -> bool:
+        """It tests a staged digest (a tier, or the stack check in the image): `halo test`
+        attaches the signed result to that digest in the staging registry, which writes."""
+        return any(
+            s.staged and (s.session.startswith("test-") or s.session == "stack-check")
+            for s in self.steps
+        )
+
 
 @dataclass(frozen=True)
 class Matrix:

@@ -73,8 +73,8 @@ def _condition(matrix: Matrix, job: Job) -> str | None:
 
 def _permissions(job: Job) -> dict[str, str]:
     perms = {"contents": "read"}
-    if job.stages:
-        perms["packages"] = "write"
+    if job.stages or job.attests:
+        perms["packages"] = "write"  # staging an image, or attaching a test result to one
     elif job.pulls:
         perms["packages"] = "read"
     if job.publishes:
