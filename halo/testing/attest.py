@@ -418,27 +418,17 @@ class JunitNames:
 
 
 def junit_names(path: Path) -> JunitNames | None:
-    """Test names by outcome from pytest's junit XML (``classname::name``)."""
-    import xml.etree.ElementTree as ET
+    """Test names (pytest's node ids) by outcome, from pytest's junit XML; None without one."""
+    from halo.junit import read_cases, read_counts
 
-    try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError):
+    if read_counts(path) is None:
         return None
     status: dict[str, str] = {}
-    for case in root.iter("testcase"):
-        name = f"{case.get('classname', '')}::{case.get('name', '')}"
-        tags = {child.tag for child in case}
-        now = (
-            "failed"
-            if tags & {"failure", "error"}
-            else "skipped"
-            if "skipped" in tags
-            else "passed"
-        )
+    for case in read_cases(path):
+        now = "failed" if case.outcome in ("failed", "error") else case.outcome
         # A test that passed and then errored in teardown is reported twice: failed wins.
-        if status.get(name) != "failed":
-            status[name] = now
+        if status.get(case.nodeid) != "failed":
+            status[case.nodeid] = now
     out = JunitNames()
     for name, state in sorted(status.items()):
         getattr(out, state).append(name)

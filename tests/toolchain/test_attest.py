@@ -216,8 +216,8 @@ def test_junit_names_and_results(tmp_path: Path) -> None:
     names = junit_names(report)
     assert names is not None
     assert names.passed == []
-    assert names.failed == ["tests.cpu.test_a::test_bad", "tests.cpu.test_a::test_ok"]
-    assert names.skipped == ["tests.cpu.test_a::test_skip"]
+    assert names.failed == ["tests/cpu/test_a.py::test_bad", "tests/cpu/test_a.py::test_ok"]
+    assert names.skipped == ["tests/cpu/test_a.py::test_skip"]
     assert outcome_of(1, names, "t").result == FAILED
     names.failed = []
     assert outcome_of(0, names, "t").result == WARNED, "all skipped proves nothing"
