@@ -14,6 +14,7 @@ import http.client
 import json
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -55,6 +56,9 @@ class Client:
 
     def __post_init__(self) -> None:
         split_userinfo(self.url)  # a URL that cannot be parsed is one line here, not mid-run
+        # The paths below carry /v1 themselves: a URL given with the OpenAI suffix (as OpenAI
+        # clients take it) is the same server as without.
+        object.__setattr__(self, "url", server_root(self.url))
 
     @property
     def shown(self) -> str:
@@ -92,19 +96,22 @@ class Client:
         self,
         prompts: Sequence[Sequence[int]],
         n: int,
-        max_tokens: int,
+        max_tokens: int | Sequence[int],
         temperature: float,
         seed: int,
         stop: Sequence[str] = (),
     ) -> list[list[Sample]]:
         """``n`` samples for each prompt (given as token ids, so the server sees exactly the
-        trainer's rendering), grouped per prompt in order.
+        trainer's rendering), grouped per prompt in order; ``max_tokens`` for all of them or
+        one per prompt.
 
         One request per prompt, each with its own seed, sent together (the server batches
         them): vLLM gives every prompt of one request the same seed, so sample k of each
         prompt would draw the same random numbers, and the groups of a batch would choose
         alike instead of independently.
         """
+
+        budgets = [max_tokens] * len(prompts) if isinstance(max_tokens, int) else list(max_tokens)
 
         def one(i: int) -> list[Sample]:
             out = self.call(
@@ -114,7 +121,7 @@ class Client:
                     "model": self.model,
                     "prompt": list(prompts[i]),
                     "n": n,
-                    "max_tokens": max_tokens,
+                    "max_tokens": budgets[i],
                     "temperature": temperature,
                     "seed": prompt_seed(seed, i),
                     "stop": list(stop),
@@ -151,6 +158,14 @@ class Client:
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise RolloutError(f"{where}: unexpected answer ({exc!r})", False) from None
         return values
+
+
+def server_root(url: str) -> str:
+    """The server's URL without a trailing ``/v1`` (or ``/``), its query kept."""
+    parts = urllib.parse.urlsplit(url)
+    path = parts.path.rstrip("/")
+    path = path.removesuffix("/v1").rstrip("/")
+    return urllib.parse.urlunsplit(parts._replace(path=path))
 
 
 def prompt_seed(seed: int, index: int) -> int:

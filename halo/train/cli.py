@@ -176,8 +176,18 @@ def launch(args: argparse.Namespace) -> int:
         specs = [reg.get(n) for n in reg.names()]
         print(
             table(
-                ["method", "module", "what it trains", "parallel dims"],
-                [[s.name, s.module, s.summary, support.shown(s.name)] for s in specs],
+                [
+                    "method",
+                    "what it trains",
+                    "data",
+                    "reference model",
+                    "rollout server",
+                    "parallel dims",
+                ],
+                [
+                    [s.name, s.summary, s.data, s.reference, s.server, support.shown(s.name)]
+                    for s in specs
+                ],
             )
         )
         return 0

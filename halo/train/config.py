@@ -170,7 +170,10 @@ class Model(Section):
         return self
 
 
-DataFormat = Literal["auto", "messages", "sharegpt", "prompt_completion", "preference", "grpo"]
+# raw: rows as they are, for a method that reads them itself (environmental-grpo).
+DataFormat = Literal[
+    "auto", "messages", "sharegpt", "prompt_completion", "preference", "grpo", "raw"
+]
 
 
 # An S3 object (jsonl or parquet) or a prefix of shards (ending in /), read with boto3 and
@@ -223,8 +226,11 @@ class Data(Section):
     # A held-out set; or eval_fraction of train held out (deterministic, by training.seed).
     eval: DataPath | list[Source] | None = None
     eval_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.0
-    # concat: every source in order; interleave: draw by probability until one runs out.
-    mix: Literal["concat", "interleave"] = "concat"
+    # concat: every source in order. interleave_under: draw the next example's source by
+    # probability, stop when the first source is exhausted (undersampling the others).
+    # interleave_over: the same, but a source that runs out starts again, until every
+    # source has been seen whole (oversampling). interleave is interleave_under.
+    mix: Literal["concat", "interleave", "interleave_under", "interleave_over"] = "concat"
     # Longer examples are truncated (SFT) or dropped with a count (GRPO, DPO).
     max_seq_len: Positive = 256
     # SFT: each micro-batch is one row of concatenated examples, no padding (position_ids
@@ -315,6 +321,9 @@ class Rollout(Section):
     # Tries of a rollout or push whose failure is transient (server down, timeout, 5xx).
     attempts: Positive = 2
     backoff_s: Annotated[float, Field(ge=0)] = 5.0
+    # server: the server at runtime.rollout_url; local: environmental-grpo samples from the
+    # policy in the trainer's own process (small models, tests: no server, nothing pushed).
+    backend: Literal["server", "local"] = "server"
     # The served model's name (unset: the first the server lists).
     model_name: str | None = None
     # Where pushed weights are written (default <checkpoints>/<job>/served), and the same
@@ -329,6 +338,63 @@ class Dpo(Section):
     beta: Annotated[float, Field(gt=0)] = 0.1
 
 
+class Simpo(Section):
+    """SimPO: -log sigmoid(beta * (mean logp chosen - mean logp rejected) - gamma)."""
+
+    beta: Annotated[float, Field(gt=0)] = 2.0
+    # The target reward margin (finite: every Section refuses inf and nan).
+    gamma: float = 1.0
+
+
+class Smpo(Section):
+    """SMPO (Vikhr's effective_llm_alignment): a margin on mean log-probs plus balancing SFT."""
+
+    beta: Annotated[float, Field(gt=0)] = 1.1
+    # The smallest margin wanted between chosen and rejected mean log-probs ...
+    margin_min: Annotated[float, Field(ge=0)] = 0.35
+    # ... and, for smooth_double_bound, the width of the band above it.
+    margin_delta: Annotated[float, Field(ge=0)] = 0.2
+    # The SFT term's weight on the chosen response; the rest goes to the rejected one.
+    chosen_sft_ratio: Annotated[float, Field(ge=0, le=1)] = 0.75
+    loss_type: Literal["sigmoid", "hinge", "ipo", "smooth_lower_bound", "smooth_double_bound"] = (
+        "smooth_lower_bound"
+    )
+
+
+class Classification(Section):
+    text_column: str = "text"
+    label_column: str = "label"
+    # The label names in id order; unset: the labels found in the training data, sorted.
+    labels: Annotated[list[str], Field(min_length=2)] | None = None
+    # Or only their number, for integer labels 0..num_labels-1.
+    num_labels: Annotated[int, Field(ge=2, le=COUNT_MAX)] | None = None
+
+
+class Embedding(Section):
+    query_column: str = "query"
+    positive_column: str = "positive"
+    negatives_column: str = "negatives"
+    # Hard negatives per row (the first N of the column); unset: as many as every row has.
+    hard_negatives: NonNegative | None = None
+    # InfoNCE's temperature on cosine similarities.
+    temperature: Annotated[float, Field(gt=0)] = 0.05
+    # mean: the mean of the last hidden states over the text's tokens; last: the last token's.
+    pooling: Literal["mean", "last"] = "mean"
+
+
+class Environment(Section):
+    """environmental-grpo: the environment, and the limits of one episode."""
+
+    # 'package.module:Factory' or 'file.py:Factory' (relative to the YAML): called with
+    # ``kwargs`` once per episode, it returns an object with reset(row) and step(action).
+    path: Annotated[str, Field(pattern=r"^[^:\s]+:[A-Za-z_][A-Za-z0-9_]*$")]
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    # Model turns per episode.
+    max_turns: Positive = 4
+    # Tokens per episode: prompt, the model's and the environment's (unset: data.max_seq_len).
+    max_tokens: Positive | None = None
+
+
 class Config(Section):
     runtime: Runtime
     data: Data
@@ -339,6 +405,11 @@ class Config(Section):
     logging: Logging = Field(default_factory=Logging)
     grpo: Grpo | None = None
     dpo: Dpo | None = None
+    simpo: Simpo | None = None
+    smpo: Smpo | None = None
+    classification: Classification | None = None
+    embedding: Embedding | None = None
+    environment: Environment | None = None
     rollout: Rollout | None = None
 
     @property
@@ -352,9 +423,25 @@ class Config(Section):
 
 # Sections only one method reads; elsewhere they are a mistake worth reporting.
 METHOD_SECTIONS = {
-    "grpo": ("offline-grpo", "online-grpo"),
+    "grpo": ("offline-grpo", "online-grpo", "environmental-grpo"),
     "dpo": ("preference/dpo",),
-    "rollout": ("online-grpo",),
+    "simpo": ("preference/simpo",),
+    "smpo": ("preference/smpo",),
+    "classification": ("classification",),
+    "embedding": ("embedding",),
+    "environment": ("environmental-grpo",),
+    "rollout": ("online-grpo", "environmental-grpo"),
+}
+# The sections each method gets with their defaults when the YAML has none.
+DEFAULT_SECTIONS: dict[str, tuple[tuple[str, type[Section]], ...]] = {
+    "offline-grpo": (("grpo", Grpo),),
+    "online-grpo": (("grpo", Grpo), ("rollout", Rollout)),
+    "environmental-grpo": (("grpo", Grpo), ("rollout", Rollout)),
+    "preference/dpo": (("dpo", Dpo),),
+    "preference/simpo": (("simpo", Simpo),),
+    "preference/smpo": (("smpo", Smpo),),
+    "classification": (("classification", Classification),),
+    "embedding": (("embedding", Embedding),),
 }
 # Keys whose string values are local paths (resolved against the YAML's folder).
 PATH_KEYS = {
@@ -403,6 +490,11 @@ def resolve_paths(raw: dict[str, Any], base: Path) -> None:
                         src["path"] = _resolve(src.get("path"), base)
             else:
                 data[key] = _resolve(v, base)
+    env = raw.get("environment")
+    if isinstance(env, dict) and isinstance(env.get("path"), str):
+        file, sep, name = env["path"].rpartition(":")
+        if sep and file.endswith(".py"):  # a file next to the YAML, not an importable module
+            env["path"] = f"{_resolve(file, base)}:{name}"
     ro = raw.get("rollout")
     if isinstance(ro, dict) and ro.get("export_dir") is not None:
         ro["export_dir"] = _resolve(ro["export_dir"], base)
@@ -425,7 +517,7 @@ def _check(cfg: Config, method: str | None, raw: dict[str, Any]) -> list[str]:
             where = f"data.{which}" + (f"[{n}].path" if isinstance(getattr(d, which), list) else "")
             if isinstance(src.path, Path) and not src.path.is_file():
                 errors.append(f"{where}: file not found: {src.path}")
-    if d.mix == "interleave":
+    if d.mix != "concat":
         probs = [s.probability for s in d.sources()]
         if None in probs:
             errors.append("data.mix: interleave needs a probability on every data.train source")
@@ -438,6 +530,14 @@ def _check(cfg: Config, method: str | None, raw: dict[str, Any]) -> list[str]:
         and cfg.training.micro_batch_size > cfg.training.global_batch_size
     ):
         errors.append("training.micro_batch_size: larger than training.global_batch_size")
+    if cfg.model.config is not None:
+        from halo.train import model_config
+
+        errors += model_config.errors(cfg.model.config)
+    if method == "environmental-grpo" and cfg.environment is None:
+        errors.append("environment: environmental-grpo needs this section (environment.path)")
+    if cfg.rollout is not None and cfg.rollout.backend == "local" and method == "online-grpo":
+        errors.append("rollout.backend: local samples only for environmental-grpo")
     if method is not None:
         for section, owners in METHOD_SECTIONS.items():
             if section in raw and method not in owners:
@@ -453,12 +553,9 @@ def from_dict(raw: dict[str, Any], method: str | None, where: str) -> Config:
     if errors:
         n = len(errors)
         raise HaloError(f"{where}: {n} problem{'s' if n > 1 else ''}: " + "; ".join(errors))
-    if method in ("offline-grpo", "online-grpo") and cfg.grpo is None:
-        cfg.grpo = Grpo()
-    if method == "online-grpo" and cfg.rollout is None:
-        cfg.rollout = Rollout()
-    if method == "preference/dpo" and cfg.dpo is None:
-        cfg.dpo = Dpo()
+    for section, kind in DEFAULT_SECTIONS.get(method or "", ()):
+        if getattr(cfg, section) is None:
+            setattr(cfg, section, kind())
     return cfg
 
 

@@ -22,24 +22,36 @@ from halo.train.examples import Parse, Sequence, source_examples
 T = TypeVar("T")
 
 
-def interleave(sources: list[list[T]], probs: list[float], seed: int) -> list[T]:
-    """Draw the next example's source by probability until one source runs out."""
+def interleave(
+    sources: list[list[T]], probs: list[float], seed: int, oversample: bool = False
+) -> list[T]:
+    """Draw each next example's source by probability (LLaMA-Factory's interleave_under and
+    interleave_over, as datasets' interleave_datasets stopping strategies).
+
+    Undersampling stops as soon as one source is exhausted (its last example taken).
+    Oversampling starts a source that ran out again from its beginning and stops once every
+    source has been exhausted at least once, so no example is left out.
+    """
     rng = random.Random(seed)
     pos = [0] * len(sources)
+    exhausted = [False] * len(sources)
     out: list[T] = []
     while True:
         k = rng.choices(range(len(sources)), weights=probs)[0]
-        if pos[k] == len(sources[k]):
-            return out
-        out.append(sources[k][pos[k]])
+        out.append(sources[k][pos[k] % len(sources[k])])
         pos[k] += 1
+        if pos[k] % len(sources[k]) == 0:
+            exhausted[k] = True
+        if all(exhausted) if oversample else exhausted[k]:
+            return out
 
 
 def load(data: Data, seed: int, parse: Parse[T]) -> tuple[list[T], list[T]]:
     """(train, eval) examples for one method's ``parse``."""
     per_source = [source_examples(s, parse) for s in data.sources("train")]
-    if data.mix == "interleave":
-        train = interleave(per_source, [s.probability or 0.0 for s in data.sources()], seed)
+    if data.mix != "concat":
+        probs = [s.probability or 0.0 for s in data.sources()]
+        train = interleave(per_source, probs, seed, oversample=data.mix == "interleave_over")
     else:
         train = [x for ex in per_source for x in ex]
     evals = [x for s in data.sources("eval") for x in source_examples(s, parse)]

@@ -291,6 +291,9 @@ def record(tr: Trainer, sched: Schedule, metrics: Metrics, result: Result, st: S
     metrics.step(tr.step, sched.total_steps, sched.epoch_of(tr.step - 1), st)
     if _eval_due(tr.cfg, tr.method, tr.step, sched.total_steps):
         metrics.eval(tr.step, evaluate(tr, tr.method.eval_items))
+        if tr.method.eval_metrics is not None:  # accuracy, recall: every process computes them
+            for key, value in tr.method.eval_metrics(tr, tr.method.eval_items).items():
+                metrics.eval(tr.step, value, key)
 
 
 class Checkpoints:

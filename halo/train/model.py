@@ -107,7 +107,7 @@ def build(
                 model = AutoModelForCausalLM.from_config(
                     conf, attn_implementation=impl, dtype=torch.float32
                 )
-    except (OSError, ValueError, KeyError, RuntimeError, TypeError, *_STRICT) as exc:
+    except Exception as exc:  # the config drives the constructor: what it raises is the input's
         where = m.name_or_path or "model.config"
         raise HaloError(f"{where}: cannot build the model ({_one_line(exc)})") from None
     if m.activation_checkpointing:
@@ -128,7 +128,10 @@ def first_forward(
     model.eval()
     try:
         with torch.no_grad():
-            out = model(input_ids=ids, use_cache=False).logits
+            result = model(input_ids=ids, use_cache=False)
+            # A causal LM or classifier gives logits, an encoder its hidden states.
+            out = getattr(result, "logits", None)
+            out = result.last_hidden_state if out is None else out
     except Exception as exc:  # whatever the model raises, the config is what made it
         raise HaloError(f"{where}: the model fails its first forward ({_one_line(exc)})") from None
     finally:

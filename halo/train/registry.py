@@ -25,6 +25,11 @@ class MethodSpec:
     launcher: str | None = None
     # The module with describe(cfg, tok), which imports no torch (None: ``module`` itself).
     view: str | None = None
+    # What `halo launch --list` says of it: the rows it reads, whether it loads a frozen
+    # reference model and whether it needs a rollout server.
+    data: str = ""
+    reference: str = "no"
+    server: str = "no"
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,9 @@ class Registry:
         return sorted(s.name for s in self.specs if s.name.startswith(pre))
 
 
+PREFERENCE_DATA = "prompt + chosen + rejected"
+
+
 def default() -> Registry:
     return Registry(
         (
@@ -60,24 +68,69 @@ def default() -> Registry:
                 "halo.train.methods.sft",
                 "causal-LM fine-tuning on chat data, loss on assistant tokens",
                 view="halo.train.methods.sft_data",
+                data="messages | sharegpt | prompt+completion",
             ),
             MethodSpec(
                 "offline-grpo",
                 "halo.train.methods.grpo",
-                "group-relative advantages over pre-generated, rewarded completions",
+                "GRPO on pre-generated, rewarded completions",
                 view="halo.train.methods.grpo_data",
+                data="prompt + completions [{text, reward}]",
+                reference="if grpo.kl_coef > 0",
             ),
             MethodSpec(
                 "online-grpo",
                 "halo.train.methods.online_grpo",
-                "GRPO on groups sampled live from a rollout server, weights pushed back",
+                "GRPO on groups sampled live, weights pushed to the server",
                 view="halo.train.methods.online_grpo_data",
+                data="prompt (+ what the reward reads)",
+                reference="if grpo.kl_coef > 0",
+                server="yes",
+            ),
+            MethodSpec(
+                "environmental-grpo",
+                "halo.train.methods.environmental_grpo",
+                "GRPO on multi-turn episodes with an environment",
+                view="halo.train.methods.environmental_grpo_data",
+                data="rows for the environment's reset(row)",
+                reference="if grpo.kl_coef > 0",
+                server="yes, or rollout.backend: local",
+            ),
+            MethodSpec(
+                "classification",
+                "halo.train.methods.classification",
+                "a classification head, pooled at the last non-pad token",
+                view="halo.train.methods.classification_data",
+                data="text + label",
+            ),
+            MethodSpec(
+                "embedding",
+                "halo.train.methods.embedding",
+                "text embeddings, InfoNCE over in-batch negatives",
+                view="halo.train.methods.embedding_data",
+                data="query + positive [+ negatives]",
             ),
             MethodSpec(
                 "preference/dpo",
                 "halo.train.methods.dpo",
-                "direct preference optimisation on chosen/rejected pairs",
+                "DPO on chosen/rejected pairs, against a reference",
                 view="halo.train.methods.dpo_data",
+                data=PREFERENCE_DATA,
+                reference="yes",
+            ),
+            MethodSpec(
+                "preference/simpo",
+                "halo.train.methods.simpo",
+                "SimPO: a length-normalised margin, reference-free",
+                view="halo.train.methods.dpo_data",
+                data=PREFERENCE_DATA,
+            ),
+            MethodSpec(
+                "preference/smpo",
+                "halo.train.methods.smpo",
+                "SMPO: a margin on mean log-probs + SFT, reference-free",
+                view="halo.train.methods.dpo_data",
+                data=PREFERENCE_DATA,
             ),
         )
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -42,8 +43,9 @@ def _sharded(
     ctx: distributed.Context,
     bf16: bool,
     full: dict[str, torch.Tensor] | None,
+    build: Callable[..., nn.Module] = hf.build,
 ) -> nn.Module:
-    m = hf.build(cfg.model, conf, backend, cfg.training.seed, device="meta")
+    m = build(cfg.model, conf, backend, cfg.training.seed, device="meta")
     distributed.wrap(m, "fsdp", ctx, bf16)
     distributed.materialise(m, full, ctx)
     hf.restore_buffers(m, ctx.device)
@@ -58,16 +60,17 @@ def models(
     mode: str,
     bf16: bool,
     reference: bool,
+    build: Callable[..., nn.Module] = hf.build,
 ) -> tuple[nn.Module, nn.Module | None]:
     """(policy, reference or None), placed and wrapped for ``mode``."""
     if mode == "fsdp":
         full = None
         if ctx.is_main:
-            full = hf.build(cfg.model, conf, backend, cfg.training.seed).state_dict()
-        policy = _sharded(cfg, conf, backend, ctx, bf16, full)
-        ref = _frozen(_sharded(cfg, conf, backend, ctx, bf16, full)) if reference else None
+            full = build(cfg.model, conf, backend, cfg.training.seed).state_dict()
+        policy = _sharded(cfg, conf, backend, ctx, bf16, full, build)
+        ref = _frozen(_sharded(cfg, conf, backend, ctx, bf16, full, build)) if reference else None
         return policy.train(), ref
-    base = hf.build(cfg.model, conf, backend, cfg.training.seed).to(ctx.device)
+    base = build(cfg.model, conf, backend, cfg.training.seed).to(ctx.device)
     ref = _frozen(copy.deepcopy(base)) if reference else None
     return distributed.wrap(base.train(), mode, ctx, bf16), ref
 
@@ -88,17 +91,22 @@ def setup(
     )
     log(ctx, f"attention: {choice.backend} ({choice.reason})")
     conf = hf.hf_config(cfg.model, tok)
+    if method.configure is not None:
+        conf = method.configure(conf)
+    build = method.build_model or hf.build
     # A mesh (tp, cp, ep; a MoE model): halo.train.parallel places the models; else below.
     placed = parallel.layout(cfg, conf, ctx, method.name)
     if placed is not None:
         layout, ctx = placed
         mode = layout.mode
         policy, ref = parallel.models(
-            cfg, conf, choice.backend, ctx, layout, bf16, method.needs_reference
+            cfg, conf, choice.backend, ctx, layout, bf16, method.needs_reference, build
         )
         parallel.adapt_method(layout, method, tok.pad_id, lambda line: log(ctx, line))
     else:
-        policy, ref = models(cfg, conf, choice.backend, ctx, mode, bf16, method.needs_reference)
+        policy, ref = models(
+            cfg, conf, choice.backend, ctx, mode, bf16, method.needs_reference, build
+        )
     sharded = mode == "fsdp" or (placed is not None and placed[0].sharded)
     # FSDP: a forward before the first step leaves its shards in a state the first
     # checkpoint's state-dict gathering trips over; those runs skip this check.

@@ -60,6 +60,13 @@ class Method:
     shard: Callable[[list[Any], int, int], list[Any]] = share
     eval_items: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # A model other than a causal LM (a classifier, an encoder): (model section, config,
+    # attention backend, seed, device) -> module, as halo.train.model.build; and the
+    # transformers config it saves (config -> config).
+    build_model: Callable[..., nn.Module] | None = None
+    configure: Callable[[Any], Any] | None = None
+    # Measures beside the eval loss, (trainer, eval items) -> {name: value}: accuracy, recall.
+    eval_metrics: Callable[[Any, list[Any]], dict[str, float]] | None = None
 
 
 @dataclass

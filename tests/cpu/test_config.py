@@ -142,7 +142,8 @@ def test_interleave_needs_probabilities_that_add_up(tmp_path: Path) -> None:
 def test_method_sections_belong_to_their_method() -> None:
     sft = EXAMPLES / "sft" / "config.yaml"
     with pytest.raises(
-        HaloError, match="grpo: section is for method offline-grpo or online-grpo, not sft"
+        HaloError,
+        match="grpo: section is for method offline-grpo or online-grpo or environmental-grpo, not sft",
     ):
         config.load(sft, "sft", ["--grpo.clip_eps=0.1"])
     assert config.load(sft, "offline-grpo", ["--grpo.clip_eps=0.1"]).grpo.clip_eps == 0.1  # type: ignore[union-attr]

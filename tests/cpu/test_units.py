@@ -297,7 +297,7 @@ def test_qwen2_keeps_its_qkv_bias(tokenizer: Any) -> None:
 def test_registry_nested_names_and_errors() -> None:
     reg = registry.default()
     assert {"sft", "offline-grpo", "preference/dpo"} <= set(reg.names())
-    assert reg.names("preference") == ["preference/dpo"]
+    assert reg.names("preference") == ["preference/dpo", "preference/simpo", "preference/smpo"]
     with pytest.raises(HaloError, match="unknown"):
         reg.get("ppo")
     with pytest.raises(ValueError, match="lower-case"):

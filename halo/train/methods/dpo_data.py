@@ -1,5 +1,6 @@
-"""DPO's examples with no torch: preference rows parsed, chosen and rejected rendered and
-tokenized (trained on: the response after the prompt) as plain lists; and the --dry-run view."""
+"""The preference family's examples (DPO, SimPO, SMPO) with no torch: preference rows parsed,
+chosen and rejected rendered and tokenized (trained on: the response after the prompt) as plain
+lists; and the --dry-run view."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 
 from halo.errors import HaloError
 from halo.train import examples, formats
-from halo.train.config import Config, Source
+from halo.train.config import Config, Data, Source
+from halo.train.methods import rows
 from halo.train.tokenizer import ChatTokenizer, Rendered, mask_note
 
 
@@ -20,7 +22,7 @@ class Pair:
 
 def parse(row: dict[str, Any], fmt: str, src: Source, where: str) -> tuple[formats.PairRow, str]:
     if fmt != "preference":
-        raise HaloError(f"{where}: preference/dpo needs chosen/rejected rows, got {fmt}")
+        raise HaloError(f"{where}: a preference method needs chosen/rejected rows, got {fmt}")
     return formats.pair(row, where), where
 
 
@@ -47,10 +49,15 @@ def encode(
     return pairs, dropped
 
 
+def sources(d: Data) -> Data:
+    """The run's sources, each read as preference rows."""
+    return rows.in_format(d, "preference")
+
+
 def describe(cfg: Config, tok: ChatTokenizer) -> list[str]:
     return [
         mask_note(
-            f"preference/dpo: chosen of {src.path.name}", tok.show_mask(renders(tok, row, where)[0])
+            f"preference: chosen of {src.path.name}", tok.show_mask(renders(tok, row, where)[0])
         )
-        for src, (row, where) in examples.first_examples(cfg.data, parse)
+        for src, (row, where) in examples.first_examples(sources(cfg.data), parse)
     ]
