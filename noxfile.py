@@ -187,13 +187,15 @@ for _tier_name, _image in (
     _tier(_tier_name, _image)
 
 
-@nox.session(name="first-objects", python=PYTHON)
-def first_objects(session: nox.Session) -> None:
-    """FA2 (blackwell) and FA3 (hopper) compiled in the builder image up to their first nvcc
-    object each, from the substitute sources: their full compiles take hours on 2 cores."""
+@nox.session(python=PYTHON)
+def kernels(session: nox.Session) -> None:
+    """The kernels compiled in the builder image, from the substitute sources (tests marked
+    kernel_build): DeepEP whole, FA2 (blackwell) and FA3 (hopper) up to their first nvcc object
+    each (their full compiles take hours on 2 cores). Minutes of nvcc: CI runs this beside the
+    toolchain tests, which deselect them."""
     _halo(session)
     test = "tests/toolchain/test_kernels_upstream.py"
-    session.run("pytest", test, "-k", "first_object", "--durations=0", *session.posargs)
+    session.run("pytest", test, "-m", "kernel_build", *session.posargs)
 
 
 @nox.session(name="test-slurm", python=PYTHON)

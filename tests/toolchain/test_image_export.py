@@ -202,16 +202,15 @@ def test_halo_cpu_exports_the_same_bytes_twice_as_sqsh_and_sif(
     docker: Docker, cpu_sqsh: tuple[str, Path], tmp_path: Path
 ) -> None:
     """The real image byte for byte (GBs, hard links, docker create's mount points, files of
-    every age): a second sqsh equals the first, two SIFs equal each other, and the SIF's
-    partition holds the image's own build.json and Apptainer's conventions."""
+    every age): a second sqsh equals the first; the SIF's partition holds the image's own
+    build.json and Apptainer's conventions. (A SIF is that same squashfs of the same root plus
+    Apptainer's files: that it is the same bytes twice is the tiny image's test above, so the
+    5 GB image is squashed three times here, not four.)"""
     image_id, first = cpu_sqsh
     again = export(image_id, "sqsh", tmp_path / "again.sqsh")
     assert sha(again) == sha(first)
     again.unlink()  # GBs: one export on disk at a time
     a = export(image_id, "sif", tmp_path / "a.sif")
-    b = export(image_id, "sif", tmp_path / "b.sif")
-    assert sha(a) == sha(b)
-    b.unlink()
     part = sif_partition(a, tmp_path / "part.sqsh")
     a.unlink()
     inside = docker.run(["--rm", "--network", "none", image_id, "cat", "/etc/halo/build.json"],

@@ -93,6 +93,7 @@ def _builder_ready(image: str) -> None:
 # patched source builds offline, git and downloads untouched, with the lock's nvcc for the
 # image's one architecture.
 @pytest.mark.docker
+@pytest.mark.kernel_build
 @pytest.mark.timeout(3600)
 def test_fa2_compiles_its_first_object_in_the_builder_image_for_blackwell_only(
     tmp_path: Path,
@@ -116,6 +117,7 @@ def test_fa2_compiles_its_first_object_in_the_builder_image_for_blackwell_only(
 
 
 @pytest.mark.docker
+@pytest.mark.kernel_build
 @pytest.mark.timeout(3600)
 def test_fa3_compiles_its_first_object_in_the_builder_image_for_hopper_only(
     tmp_path: Path,
@@ -187,6 +189,7 @@ def test_substitutes_are_configuration_not_files_of_the_repository() -> None:
 
 
 @pytest.mark.docker
+@pytest.mark.kernel_build
 @pytest.mark.timeout(3600)
 def test_deep_ep_compiles_in_the_builder_image_once_then_the_store_answers(tmp_path: Path) -> None:
     """DeepEP for blackwell's one architecture, from the substitute source, in the builder image
