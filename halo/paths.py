@@ -74,3 +74,17 @@ def venvs_root(explicit: Path | None = None) -> Path:
     if env := os.environ.get(VENVS_ENV):
         return Path(env)
     return scratch_root() / "stacks"
+
+
+def per_engine(root: Path) -> Path:
+    """``root`` for the default Docker engine, ``root/engine-KEY`` for another ($DOCKER_HOST).
+
+    What is kept for one engine (the build contexts BuildKit syncs by path, the lock that
+    makes a base once) is not another's: two engines of one run must not share them.
+    """
+    host = os.environ.get("DOCKER_HOST", "")
+    if not host:
+        return root
+    import hashlib
+
+    return root / f"engine-{hashlib.sha256(host.encode()).hexdigest()[:12]}"
