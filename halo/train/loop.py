@@ -143,7 +143,7 @@ def step(tr: Trainer, items: list[Any]) -> StepStats:
     tr.step += 1
     tokens = int(
         ctx.sum(torch.tensor([sum(_tokens(b) for b in batches)], device=ctx.device)).item()
-    )
+    ) // hooks.replicas(tr)  # tp ranks compute the same tokens: count them once
     mean = {k: sum(e[k] for e in extras) / len(extras) for k in extras[0]}
     lr = tr.scheduler.get_last_lr()[0]
     loss = sum(losses) / len(losses)

@@ -167,3 +167,26 @@ def test_the_routing_log_says_how_loaded_each_expert_is() -> None:
     assert st.extras["moe_load_min"] <= 1.0 <= st.extras["moe_load_max"]
     # 4 experts, top 2, balanced: Switch's loss is top_k = 2 at perfect balance.
     assert 1.9 < st.extras["moe_aux_loss"] < 4.0
+
+
+def test_the_gpu_benchs_moe_row_measures_the_trainers_step() -> None:
+    """halo/train/gpubench.py's MoE row (what the device check runs on a GPU), on a tiny
+    Qwen3-MoE on the CPU: tokens/s per GPU from the trainer's step, and no made-up MFU."""
+    from halo.train import gpubench
+
+    tiny = {**gpubench.QWEN3_30B_A3B, "vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "moe_intermediate_size": 32,
+            "num_experts": 4, "num_experts_per_tok": 2}  # fmt: skip
+    r = gpubench.measure_moe(
+        tiny, seq_len=32, batch=2, steps=1, warmup=1, device="cpu", stray={"head_dim": 16}
+    )
+    assert r["tokens_per_s_per_gpu"] > 0 and r["mfu"] is None and (r["ep"], r["tp"]) == (1, 1)
+    ((name, measured, _, ok),) = gpubench.moe_rows([r], "; one GPU here: no EP/TP rows")
+    assert "Qwen3-30B-A3B-shaped (2 of 48 layers)" in name and "one GPU" in name and ok
+    assert measured.endswith("one GPU here: no EP/TP rows")
+    # The full shape: what one 80 GB GPU fits, and EP 8 spreading the experts.
+    assert gpubench.moe_layers_that_fit(gpubench.QWEN3_30B_A3B, 78e9) >= 1
+    assert gpubench.moe_layers_that_fit(gpubench.QWEN3_30B_A3B, 78e9, ep=8) > 4
+    # 6 x active parameters (3.04B with the LM head, head_dim 128) + attention at 2048.
+    per_token = gpubench.moe_flops_per_token(gpubench.QWEN3_30B_A3B, 2048)
+    assert 6 * 3.0e9 < per_token < 6 * 3.1e9 + 12 * 48 * 32 * 128 * 2048

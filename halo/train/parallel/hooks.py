@@ -41,6 +41,11 @@ def grad_norm(tr: Trainer, clip: float) -> float | None:
     return norms.clip_grad_norm_(tr.model.parameters(), clip)
 
 
+def replicas(tr: Trainer) -> int:
+    """How many ranks hold each token (tp: every rank of a tp group)."""
+    return tr.ctx.mesh.dims.tp if tr.ctx.mesh is not None else 1
+
+
 def step_stats(tr: Trainer) -> dict[str, float]:
     return moe.step_stats(tr.model) if tr.ctx.mesh is not None else {}
 
