@@ -10,6 +10,8 @@ trainer's vectors.
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,7 +22,7 @@ import torch
 from halo.train import checkpoint, config, export
 from halo.train.methods import embedding, embedding_data
 
-from .conftest import EXAMPLES, metrics, run_halo, train_here
+from .conftest import EXAMPLES, REPO, halo_env, metrics, train_here
 
 pytestmark = pytest.mark.cpu
 
@@ -103,10 +105,13 @@ def test_two_processes_gather_each_others_negatives_and_match_one(tmp_path: Path
     one, two = tmp_path / "one", tmp_path / "two"
     rc, out = train_here("embedding", CONFIG, one, *STEPS)
     assert rc == 0, out
-    r = run_halo(
-        "launch", "embedding", str(CONFIG), "--nproc=2", "--",
-        f"--runtime.paths.checkpoints={two / 'ck'}", f"--runtime.paths.logs={two / 'logs'}",
-        "--runtime.parallel_mode=ddp", *STEPS,
+    # torchrun as `halo launch --nproc 2` starts it (gloo on loopback), without the launcher.
+    r = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr=127.0.0.1",
+         "--nproc-per-node=2", "-m", "halo.train.run", "--method", "embedding", "--config",
+         str(CONFIG), f"--runtime.paths.checkpoints={two / 'ck'}",
+         f"--runtime.paths.logs={two / 'logs'}", "--runtime.parallel_mode=ddp", *STEPS],
+        env=halo_env(), capture_output=True, text=True, timeout=600, cwd=REPO,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     assert "world 2 (ddp)" in r.stdout

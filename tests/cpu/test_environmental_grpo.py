@@ -254,7 +254,7 @@ class Recorder(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def openai_server() -> Iterator[str]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     Recorder.paths = []
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"

@@ -21,7 +21,7 @@ from halo.train import config, formats
 from halo.train.config import Simpo, Smpo
 from halo.train.methods import dpo, dpo_data, preference, simpo, smpo
 
-from .conftest import EXAMPLES, metrics, run_halo, train_here
+from .conftest import EXAMPLES, metrics, train_here
 from .test_math import BigramModel, answer_positions, chat, chat_ids
 
 pytestmark = pytest.mark.cpu
@@ -231,20 +231,14 @@ def test_the_example_trains_with_a_falling_loss(
 
 
 def test_smpo_without_a_rejected_column_is_one_line(tmp_path: Path) -> None:
+    from .test_model_config import main_here, nothing_written
+
     data = tmp_path / "pairs.jsonl"
     data.write_text('{"prompt": "What is 2 + 2?", "chosen": "4"}\n')
-    r = run_halo(
-        "launch", "preference/smpo", str(EXAMPLES / "smpo" / "config.yaml"), "--",
-        f"--data.train={data}", f"--runtime.paths.checkpoints={tmp_path / 'ck'}",
-        f"--runtime.paths.logs={tmp_path / 'logs'}",
-    )  # fmt: skip
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert "Traceback" not in r.stderr
-    last = r.stderr.strip().splitlines()[-1]
-    assert last.startswith("halo: error: ") and f"{data}:1: rejected: " in last, r.stderr
-    assert not (tmp_path / "ck" / "tiny-smpo").exists() or not any(
-        (tmp_path / "ck" / "tiny-smpo").iterdir()
-    )
+    config_path = EXAMPLES / "smpo" / "config.yaml"
+    rc, line = main_here("preference/smpo", config_path, tmp_path, f"--data.train={data}")
+    assert rc == 2 and f"{data}:1: rejected: " in line, line
+    assert nothing_written(tmp_path / "ck" / "tiny-smpo")
 
 
 @pytest.mark.parametrize(
