@@ -188,20 +188,23 @@ def test_halo_fetch_with_a_credential_in_the_index_url_never_shows_it(
         assert all(TOKEN not in path for path, _ in recorder.seen)
 
 
+# The token goes in when the test runs, not into the parameters: their ids are the test's
+# name, which must be the same in every pytest-xdist worker (and from one run to the next).
 @pytest.mark.parametrize(
     ("var", "url"),
     [
-        ("HALO_INDEX_URL", f"http://127.0.0.1:9/simple/?token={TOKEN}"),
-        ("HALO_INDEX_URL", f"http://127.0.0.1:9/simple/#{TOKEN}"),
-        ("HALO_INDEX_URL", f"ftp://user:{TOKEN}@127.0.0.1/simple/"),
-        ("HALO_INDEX_URL", f"http://user:{TOKEN}@127.0.0.1:notaport/simple/"),
-        ("PIP_INDEX_URL", f"http://127.0.0.1:9/simple?api_key={TOKEN}"),
-        ("HALO_EXTRA_INDEX_URLS", f"http://127.0.0.1:9/extra/?key={TOKEN}"),
+        ("HALO_INDEX_URL", "http://127.0.0.1:9/simple/?token=TOKEN"),
+        ("HALO_INDEX_URL", "http://127.0.0.1:9/simple/#TOKEN"),
+        ("HALO_INDEX_URL", "ftp://user:TOKEN@127.0.0.1/simple/"),
+        ("HALO_INDEX_URL", "http://user:TOKEN@127.0.0.1:notaport/simple/"),
+        ("PIP_INDEX_URL", "http://127.0.0.1:9/simple?api_key=TOKEN"),
+        ("HALO_EXTRA_INDEX_URLS", "http://127.0.0.1:9/extra/?key=TOKEN"),
     ],
 )
 def test_an_index_url_that_cannot_be_used_is_refused_in_one_line_without_its_token(
     tmp_path: Path, var: str, url: str
 ) -> None:
+    url = url.replace("TOKEN", TOKEN)
     env = {var: url, "HALO_STORE": str(tmp_path / "store"), "XDG_CACHE_HOME": str(tmp_path / "c")}
     proc = _halo(["fetch", "cpu"], REPO, env)
     line = _one_line(proc)
