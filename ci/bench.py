@@ -8,6 +8,8 @@
   trainer         tokens/s of `halo launch sft` / TRL SFTTrainer, ~30M Llama, CPU   >= 1.0x (goal 1.3x)
   gpu             tokens/s and MFU of the trainer's SFT step / a plain PyTorch loop,
                   ~1B Llama, bf16, one GPU, two sequence lengths (halo/train/gpubench.py) >= 0.95x
+                  and a Qwen3-30B-A3B-shaped MoE (layers to fit): tokens/s per GPU and MFU of
+                  active parameters, one GPU; EP (all-to-all, DeepEP) and TP rows on 2+ GPUs
                   (no GPU: one "skipped: no GPU" row, never a pass it did not measure)
 
 Exit 1 when a budget is missed. `--only NAME` (or just NAME: `nox -s bench -- gpu`) runs one
@@ -142,7 +144,7 @@ def gpu() -> list[Row]:
 
     if reason := gpubench.no_gpu_reason():
         print(f"bench: gpu: skipped: no GPU ({reason})", file=sys.stderr, flush=True)
-        return [Row(*gpubench.skipped_row(reason))]
+        return [Row(*gpubench.skipped_row(reason)), Row(*gpubench.skipped_moe_row(reason))]
     with tempfile.TemporaryDirectory(prefix="halo-gpubench-") as tmp:
         out = Path(tmp) / "gpu.json"
         proc = subprocess.run(

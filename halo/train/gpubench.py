@@ -458,7 +458,7 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
             f"gpu: trainer SFT step / plain loop, ~1B Llama bf16, seq {p['seq_len']} x {p['batch']}"
         )
         out.append((name, measured, f">= {FLOOR}x", p["ratio"] >= FLOOR))
-    return out
+    return out + moe_rows(result.get("moe") or [], result.get("moe_note", ""))
 
 
 def skipped_row(reason: str) -> tuple[str, str, str, bool]:
@@ -509,9 +509,8 @@ def main(argv: list[str] | None = None) -> int:
             import torch
 
             torch.cuda.empty_cache()
-            moe, note = moe_suite(args.steps, args.warmup)
-            result["moe"] = moe
-            table_rows += moe_rows(moe, note)
+            result["moe"], result["moe_note"] = moe_suite(args.steps, args.warmup)
+            table_rows = rows(result)
         print(
             f"gpu: {result['gpu']}, attention {result['attention']}, "
             f"{result['params'] / 1e9:.2f}B parameters, {TOKENS_PER_STEP} tokens/step"

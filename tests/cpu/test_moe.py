@@ -190,3 +190,18 @@ def test_the_gpu_benchs_moe_row_measures_the_trainers_step() -> None:
     # 6 x active parameters (3.04B with the LM head, head_dim 128) + attention at 2048.
     per_token = gpubench.moe_flops_per_token(gpubench.QWEN3_30B_A3B, 2048)
     assert 6 * 3.0e9 < per_token < 6 * 3.1e9 + 12 * 48 * 32 * 128 * 2048
+
+
+def test_the_z_loss_is_the_mean_squared_log_sum_exp_of_the_router_logits() -> None:
+    reference = hf_model("qwen3_moe")
+    ours = copy.deepcopy(reference)
+    moe.adapt(ours, moe.Routing(num_experts=4, aux_coef=0.0, z_coef=0.1))
+    ids = torch.randint(0, 100, (2, 9), generator=torch.Generator().manual_seed(2))
+    logits = torch.cat(reference(input_ids=ids, output_router_logits=True).router_logits)
+    want = torch.logsumexp(logits.float(), dim=-1).pow(2).mean()  # ST-MoE, all layers pooled
+    moe.begin(ours)
+    ours(input_ids=ids)
+    loss = moe.router_loss(ours, micro_batches=1)
+    assert loss is not None
+    torch.testing.assert_close(loss.detach(), 0.1 * want.detach(), atol=1e-6, rtol=1e-5)
+    assert moe.step_stats(ours)["moe_z_loss"] == pytest.approx(float(want.detach()), rel=1e-5)
