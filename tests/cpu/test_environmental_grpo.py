@@ -17,6 +17,7 @@ import fcntl
 import http.server
 import itertools
 import json
+import math
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -125,7 +126,7 @@ def test_the_loss_mask_covers_exactly_the_models_own_tokens(policy: tuple[Any, A
         assert any("<|im_start|>tool\n" in u and "<|im_start|>assistant\n" in u for u in untrained)
         assert all("<|im_start|>tool" not in tok.decode(s) for s in spans(ep.ids, ep.train, True))
     # GRPO's sequences: next-token targets weighted exactly where the model wrote.
-    seqs = eg.group(episodes[:4]).seqs
+    seqs = eg.group(episodes[:4], tok.pad_id).seqs
     for ep, seq in zip(episodes[:4], seqs, strict=True):
         assert seq.input_ids == ep.ids[:-1] and seq.targets == ep.ids[1:]
         assert seq.weights == [1.0 if t else 0.0 for t in ep.train[1:]]
@@ -193,7 +194,7 @@ def test_training_goes_on_past_failing_environments(start: Path, tmp_path: Path)
     data.write_text(
         "".join(
             json.dumps({"prompt": f"What is {i} + 1?", "fault": f}) + "\n"
-            for i, f in enumerate(["raises", "", "malformed", ""])
+            for i, f in enumerate(["raises", "reset", "malformed", ""])
         )
     )
     rc, out = train_here(
@@ -204,8 +205,9 @@ def test_training_goes_on_past_failing_environments(start: Path, tmp_path: Path)
     )  # fmt: skip
     assert rc == 0, out
     steps = [r for r in metrics(tmp_path, "tiny-env-grpo") if "loss" in r]
-    assert [r["env_errors"] for r in steps] == [4.0, 4.0]  # 2 of 4 rows x 2 episodes, each step
-    assert "4 episode(s) ended by an environment error; the first: " in out, out
+    assert [r["env_errors"] for r in steps] == [6.0, 6.0]  # 3 of 4 rows x 2 episodes, each step
+    assert all(math.isfinite(r["loss"]) for r in steps)  # a failed reset's row is harmless
+    assert "6 episode(s) ended by an environment error; the first: " in out, out
 
 
 def test_an_environment_that_does_not_import_is_one_line(tmp_path: Path, start: Path) -> None:

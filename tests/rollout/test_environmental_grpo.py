@@ -25,9 +25,10 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "environmental-grpo"
 CONFIG = EXAMPLE / "config.yaml"
 # The example as it is (12 steps of 4 rows x 8 episodes, held-out reward every 4 steps),
-# sampled in the trainer's own process instead: the mean reward went 0.25 -> 0.88 (the mean
-# of the last three steps) and the held-out one 0.31 -> 0.86 by step 8 (seed 0). A third of
-# the starting point's episodes call the calculator and those are right; the rest guess.
+# sampled in the trainer's own process instead (rollout.backend: local, seed 0): the mean
+# reward went 0.25 -> 0.88 (the mean of the last three steps), the held-out one 0.24 -> 0.69
+# -> 0.83 -> 0.85. A third of the starting point's episodes call the calculator, and those are
+# right; the rest guess a two-digit sum.
 RISE = 0.3
 HELD_OUT_RISE = 0.2
 
@@ -76,7 +77,7 @@ def test_the_calculator_examples_reward_rises_against_the_server(
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "sampled by the rollout server" in r.stdout
     (line,) = [x for x in r.stdout.splitlines() if x.startswith("environmental-grpo: sampling")]
-    assert line.startswith(f"environmental-grpo: sampling from {vllm_server.url} ("), line
+    assert "/v1" not in line, line  # the suffix is the client's own, not part of the server's URL
     rows = [
         json.loads(x)
         for x in (root / "logs" / "tiny-env-grpo" / "metrics.jsonl").read_text().splitlines()

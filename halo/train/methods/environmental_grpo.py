@@ -58,9 +58,16 @@ class Retried:
         )
 
 
-def group(episodes: list[environment.Episode]) -> grpo_data.Group:
-    """A group as GRPO trains on it: each episode's tokens, trained on where the model wrote."""
-    seqs = tuple(examples.shift(ep.ids, ep.train) for ep in episodes)
+def group(episodes: list[environment.Episode], pad_id: int) -> grpo_data.Group:
+    """A group as GRPO trains on it: each episode's tokens, trained on where the model wrote.
+    An episode that failed before its prompt (reset raised) is one untrained padding token,
+    not a row of no tokens at all (which attention kernels need not accept)."""
+    seqs = tuple(
+        examples.shift(ep.ids, ep.train)
+        if len(ep.ids) > 1
+        else examples.shift([pad_id] * 2, [False] * 2)
+        for ep in episodes
+    )
     return grpo_data.Group(seqs, tuple(ep.reward for ep in episodes))
 
 
@@ -175,7 +182,7 @@ def train(
                         f"environmental-grpo: step {step + 1}: {errors} episode(s) ended by an "
                         f"environment error; the first: {tally.first_error}",
                     )
-                encoded = [group(g) for g in groups]
+                encoded = [group(g, tok.pad_id) for g in groups]
                 if not any(w for x in encoded for s in x.seqs for w in s.weights):
                     # Every episode failed before the model wrote a token: nothing to learn.
                     loop.log(ctx, f"environmental-grpo: step {step + 1}: no model tokens")
