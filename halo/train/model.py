@@ -92,6 +92,8 @@ def build(
     from transformers import AutoModelForCausalLM
 
     impl = ATTN_IMPLEMENTATION[attention]
+    if impl == "sdpa" and not _supports_sdpa(conf):
+        impl = "eager"  # gpt-oss: its attention sinks have no SDPA kernel in transformers
     torch.manual_seed(seed)
     try:
         if m.name_or_path is not None and str(device) != "meta":
@@ -113,6 +115,16 @@ def build(
     if m.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model
+
+
+def _supports_sdpa(conf: Any) -> bool:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    try:
+        cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(conf)]
+    except KeyError:  # not a causal LM transformers maps: its own build says what it supports
+        return True
+    return bool(getattr(cls, "_supports_sdpa", True))
 
 
 def first_forward(

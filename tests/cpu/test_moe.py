@@ -205,3 +205,35 @@ def test_the_z_loss_is_the_mean_squared_log_sum_exp_of_the_router_logits() -> No
     assert loss is not None
     torch.testing.assert_close(loss.detach(), 0.1 * want.detach(), atol=1e-6, rtol=1e-5)
     assert moe.step_stats(ours)["moe_z_loss"] == pytest.approx(float(want.detach()), rel=1e-5)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_each_family_trains_and_exports_what_transformers_loads(family: str, tmp_path: Any) -> None:
+    """Through the trainer (run.run in this process): a few steps of each MoE family, then its
+    checkpoint exported and loaded by transformers, with the trainer's blocks' logits."""
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    from halo.train import checkpoint
+    from halo.train.export import export
+
+    from .conftest import train_here
+
+    fields = {"model_type": family, **COMMON, **FAMILIES[family], "vocab_size": 400}
+    rc, out = train_here(
+        "sft", MOE, tmp_path, f"--model.config={json.dumps(fields)}", "--training.max_steps=3"
+    )
+    assert rc == 0, out
+    assert "moe_aux_loss" in out
+    found = checkpoint.latest(tmp_path / "ck" / "tiny-moe")
+    assert found is not None
+    folder = export(found.path, tmp_path / "export")
+    theirs = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
+    ours = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
+    moe.adapt(ours, moe.Routing(num_experts=4))
+    ids = torch.arange(30).reshape(2, 15) % 300
+    with torch.no_grad():
+        torch.testing.assert_close(
+            ours(input_ids=ids).logits, theirs(input_ids=ids).logits, atol=1e-5, rtol=1e-5
+        )
