@@ -35,7 +35,12 @@ pytestmark = pytest.mark.cpu
 MOE = EXAMPLES / "moe" / "config.yaml"
 JOB = "tiny-moe"
 STEPS = 8
-BASE = [f"--training.max_steps={STEPS}", "--checkpoint.every_steps=4", "--checkpoint.keep_last=0"]
+# 3 held-out chats, evaluated at steps 4 and 8: on 4 ranks one has none, and must still join
+# every forward's collectives (FSDP gathers, EP exchanges) for the others; a rank left waiting
+# in a collective fails in 2 minutes, not 10.
+BASE = [f"--training.max_steps={STEPS}", "--checkpoint.every_steps=4", "--checkpoint.keep_last=0",
+        "--data.eval_fraction=0.047", "--training.eval_every_steps=4",
+        "--runtime.collective_timeout_s=120"]  # fmt: skip
 TOL = 1e-5
 # The example trains: its loss falls below this within the 8 steps (from ~5.96).
 LOSS_BOUND = 4.8
@@ -74,9 +79,23 @@ def grads(tmp: Path, step: int) -> dict[str, torch.Tensor]:
     return torch.load(tmp / "grads" / f"grads_{step}.pt", weights_only=True)
 
 
+def last(tmp: Path) -> Path:
+    found = checkpoint.latest(tmp / "ck" / JOB)
+    assert found is not None and found.step == STEPS
+    return found.path
+
+
+def evals(tmp: Path) -> dict[int, float]:
+    return {r["step"]: r["eval_loss"] for r in metrics(tmp, JOB) if "eval_loss" in r}
+
+
 def assert_same_run(run: Path, ref: Path, steps: int) -> None:
-    """Losses and every gradient of every update within TOL of the reference's."""
+    """Losses, eval losses and every gradient of every update within TOL of the reference's."""
     mine, theirs = losses(run), losses(ref)
+    held, whole = evals(run), evals(ref)
+    assert sorted(held) == [s for s in (4, 8) if s <= steps], held
+    for step, value in held.items():
+        assert value == pytest.approx(whole[step], abs=TOL), (step, held, whole)
     assert sorted(mine) == list(range(1, steps + 1)), mine
     for step in mine:
         assert mine[step] == pytest.approx(theirs[step], abs=TOL), (step, mine, theirs)
@@ -136,11 +155,9 @@ def test_ep2_matches_one_process_resumes_at_ep1_and_exports(
         assert value == pytest.approx(whole[step], abs=TOL), (step, resumed, whole)
 
     # halo export consolidates the shards; transformers loads them and agrees with the trainer.
-    exported = export(run / "ck" / JOB / "r1_epoch_0_step_8", tmp_path / "export")
+    exported = export(last(run), tmp_path / "export")
     assert not (exported / "dcp").exists() and (exported / "model.safetensors").is_file()
-    _transformers_gives_the_trainers_logits(
-        exported, checkpoint.load_weights(ref / "ck" / JOB / "r1_epoch_0_step_8")
-    )
+    _transformers_gives_the_trainers_logits(exported, checkpoint.load_weights(last(ref)))
 
 
 def _transformers_gives_the_trainers_logits(folder: Path, one_process: dict[str, Any]) -> None:

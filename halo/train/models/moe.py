@@ -14,9 +14,12 @@ checkpoints and exports stay Hugging Face's. The block then
 
 The load-balancing loss is Switch Transformer's, as transformers computes it (all layers'
 routes pooled: E x sum_e f_e P_e, f the share of routes to expert e, P its mean router
-probability), but over the global batch: route counts are summed over every rank that holds
-other tokens before f is taken, which makes the loss of N ranks that of one process over the
-same batch. The z-loss (ST-MoE) is the mean squared log-sum-exp of the router logits.
+probability), but over every rank's tokens: route counts are summed over the ranks that
+hold other tokens before f is taken, so a step of N ranks has the loss of one process over
+the same global batch (with gradient accumulation: over each micro-step's tokens on all
+ranks; a micro-step then covers other tokens than one process's micro-batch does). Padding
+counts in no statistic. The z-loss (ST-MoE) is the mean squared log-sum-exp of the router
+logits.
 """
 
 from __future__ import annotations

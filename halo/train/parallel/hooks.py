@@ -57,13 +57,14 @@ def eval_batches(
     repeats of the first item until every rank has run as many forwards (each forward is a
     collective there: FSDP gathers, EP exchanges)."""
     batches = [mine[i : i + size] for i in range(0, len(mine), size)]
-    yield from ((b, True) for b in batches)
     mesh = tr.ctx.mesh
-    if mesh is None or not mesh.distributed:
-        return
-    most = torch.tensor([len(batches)], device=tr.ctx.device)
-    dist.all_reduce(most, op=dist.ReduceOp.MAX)
-    for _ in range(int(most) - len(batches)):
+    most = len(batches)
+    if mesh is not None and mesh.distributed:  # agreed before any forward: they are collectives
+        n = torch.tensor([len(batches)], device=tr.ctx.device)
+        dist.all_reduce(n, op=dist.ReduceOp.MAX)
+        most = int(n)
+    yield from ((b, True) for b in batches)
+    for _ in range(most - len(batches)):
         yield items[:1], False
 
 
