@@ -93,6 +93,10 @@ def bench_lines(path: Path) -> list[str]:
         lines += ["", "| MoE, Qwen3-30B-A3B-shaped | GPUs | EP | TP | backend | tokens/s/GPU | MFU |",
                   "|---|---|---|---|---|---|---|"]  # fmt: skip
         for m in moe:
+            if "run" in m:  # a row that failed or could not run here
+                why = f"failed: {m['failed']}" if "failed" in m else f"skipped: {m['skipped']}"
+                lines.append(f"| {m['run']} | | | | {why} | | |")
+                continue
             lines.append(
                 f"| {m['layers']} of 48 layers, seq {m['seq_len']} x {m['batch']} | {m['gpus']} | "
                 f"{m['ep']} | {m['tp']} | {m['backend']} | {m['tokens_per_s_per_gpu']:.0f} | "
