@@ -31,10 +31,13 @@ def _make(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
     # `make train` asks `halo` for the docker run line: the one beside this interpreter, also
     # when pytest runs from a venv that is not on PATH.
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    # The Makefile's own defaults unless a test names them: CI exports ENV_FILE= and AWS_DIR=
+    # empty, and make's `?=` keeps an empty value from the environment.
+    inherited = {k: v for k, v in os.environ.items() if k not in ("ENV_FILE", "AWS_DIR")}
     return subprocess.run(
         ["make", "--no-print-directory", *args],
         cwd=REPO,
-        env={**os.environ, "PATH": path, **(env or {})},
+        env={**inherited, "PATH": path, **(env or {})},
         capture_output=True,
         text=True,
         check=False,
