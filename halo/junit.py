@@ -54,7 +54,17 @@ class Case:
         # The module's path ends at the first part that names a test module; a class follows.
         cut = next((i for i, p in enumerate(parts) if p.startswith("test_")), len(parts) - 1)
         module = "/".join(parts[: cut + 1]) + ".py"
-        return "::".join([module, *parts[cut + 1 :], self.name])
+        return "::".join([module, *parts[cut + 1 :], without_group(self.name)])
+
+
+def without_group(name: str) -> str:
+    """A test's name without the `@GROUP` that pytest-xdist's --dist loadgroup appends to the
+    tests of an xdist_group (a scheduling detail, not the test's name). An `@` inside the
+    parameters (a URL's user@host) stays."""
+    head, bracket, tail = name.rpartition("]")
+    if bracket:
+        return head + bracket if tail.startswith("@") else name
+    return name.split("@", 1)[0]
 
 
 def _suite(path: Path) -> ET.Element | None:

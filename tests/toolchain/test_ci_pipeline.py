@@ -208,6 +208,22 @@ failures="1" skipped="1" tests="4" time="12.5">
 </testsuite></testsuites>"""
 
 
+@pytest.mark.parametrize(
+    ("name", "bare"),
+    [
+        ("test_x@stage-halo-cpu", "test_x"),
+        ("test_x[a-b]@grp", "test_x[a-b]"),
+        ("test_x[http://u:t@127.0.0.1:9/]", "test_x[http://u:t@127.0.0.1:9/]"),
+        ("test_x[http://u:t@127.0.0.1:9/]@grp", "test_x[http://u:t@127.0.0.1:9/]"),
+        ("test_plain", "test_plain"),
+    ],
+)
+def test_xdists_group_suffix_is_no_part_of_a_tests_name(name: str, bare: str) -> None:
+    from halo.junit import without_group
+
+    assert without_group(name) == bare
+
+
 def test_junit_reports_give_counts_cases_and_node_ids(tmp_path: Path) -> None:
     path = tmp_path / "r.xml"
     path.write_text(JUNIT)

@@ -545,6 +545,7 @@ def _in_image(docker: Docker, ref: str, *args: str, flags: tuple[str, ...] = ())
     return proc.stdout
 
 
+@pytest.mark.xdist_group("server-image")  # one build of server_image, one worker
 @pytest.mark.docker
 def test_server_image_entrypoint_prints_the_command(server_image: tuple[Docker, str]) -> None:
     docker, ref = server_image
@@ -560,6 +561,7 @@ def test_server_image_entrypoint_prints_the_command(server_image: tuple[Docker, 
     assert "HALO_SERVER=vllm" in docker.inspect(ref, "{{json .Config.Env}}")
 
 
+@pytest.mark.xdist_group("server-image")  # one build of server_image, one worker
 @pytest.mark.docker
 def test_server_image_is_stamped_and_ships_no_bytecode(server_image: tuple[Docker, str]) -> None:
     docker, ref = server_image
@@ -573,6 +575,7 @@ def test_server_image_is_stamped_and_ships_no_bytecode(server_image: tuple[Docke
     assert input_hash == docker.inspect(ref, '{{index .Config.Labels "io.halo.input-hash"}}')
 
 
+@pytest.mark.xdist_group("server-image")  # one build of server_image, one worker
 @pytest.mark.docker
 def test_server_image_healthcheck_turns_healthy(server_image: tuple[Docker, str]) -> None:
     """The image's own HEALTHCHECK, run by the engine against a stand-in /health on HALO_PORT."""

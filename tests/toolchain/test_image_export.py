@@ -22,7 +22,8 @@ from support import REPO, built_ref, docker_or_skip, halo
 
 from halo.images.docker import Docker
 
-pytestmark = pytest.mark.docker
+# One worker runs this module: cpu_sqsh (halo:cpu squashed, minutes) is made once, not per worker.
+pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("halo-cpu-export")]
 
 TINY = "halo-test-export:tiny"
 FILES = {

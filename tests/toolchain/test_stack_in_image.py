@@ -22,6 +22,9 @@ from halo.stack.in_image import ROWS_MARK, parse
 from halo.stack.verify import FAIL, OK
 from halo.testing.attest import read
 
+# One worker runs this module: broken_ref (an image built on halo:cpu) is made once.
+pytestmark = pytest.mark.xdist_group("stack-in-image")
+
 BROKEN = "halo-test-broken:cpu"
 
 

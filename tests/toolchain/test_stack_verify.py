@@ -17,6 +17,9 @@ from support import REPO
 from halo.stack.spec import StackSpec
 from halo.stack.verify import FAIL, Inputs, Row, verify
 
+# One worker runs this module: the sound and broken stacks (venvs installed) are made once.
+pytestmark = pytest.mark.xdist_group("stack-verify")
+
 C_USE = "extern int cuda_thing(void);\nint use(void) { return cuda_thing(); }\n"
 C_DEF = "int cuda_thing(void) { return 1; }\n"
 
