@@ -79,6 +79,7 @@ def _from_cache(path: Path, cached: Path) -> Catalog | None:
                     **{k: tuple(i[k]) for k in ("cuda_arch", "sources", "tiers")},
                     "args": tuple((str(k), str(v)) for k, v in i["args"]),
                     "gate": None if i["gate"] is None else tuple(i["gate"]),
+                    "unavailable": tuple((str(k), str(v)) for k, v in i["unavailable"]),
                 }
             )
             for n, i in data["images"].items()

@@ -30,6 +30,9 @@ CudaArch = Annotated[str, matches(r"\d+\.\d+[a-z]?", "a CUDA arch like '9.0a' or
 DebPackage = Annotated[str, matches(r"[a-z0-9][a-z0-9+.-]+", "a Debian package name")]
 ArgName = Annotated[str, matches(r"[A-Z][A-Z0-9_]*", "an upper-case build argument name")]
 EnvName = Annotated[str, matches(r"[A-Z][A-Z0-9_]*", "an upper-case environment variable name")]
+PlatformName = Annotated[
+    str, matches(r"linux/(amd64|arm64)", "a platform: linux/amd64 or linux/arm64")
+]
 # Build arguments halo gives every Dockerfile itself: an entry's `args` may not override them.
 OWN_ARGS = ("BASE", "PYTHON", "SOURCE_DATE_EPOCH")
 
@@ -77,6 +80,10 @@ class ImageSpec(Strict):
     args: dict[ArgName, Annotated[str, Field(min_length=1)]] = Field(default_factory=dict)
     # What promote requires: a passing, signed attestation of each (its `tiers`, or "stack").
     gate: Annotated[list[str], Field(min_length=1)] | None = None
+    # Platforms the image is not built for, with the reason (an aarch64 wheel the index lacks).
+    unavailable: dict[PlatformName, Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=dict
+    )
 
 
 class CatalogSpec(Strict):
@@ -158,6 +165,7 @@ def parse(text: str, path: Path, repo: Path | None = None) -> Catalog:
             args=tuple(sorted(spec.args.items())),
             stage_of=spec.stage_of,
             gate=tuple(spec.gate) if spec.gate is not None else None,
+            unavailable=tuple(sorted(spec.unavailable.items())),
         )
     for n, i in images.items():
         if i.stage_of is not None and (i.stage_of not in images or images[i.stage_of].stage_of):

@@ -59,6 +59,9 @@ class Image:
     # The tiers whose passing, signed test attestation promote requires of a digest (tier
     # markers, or "stack": `halo stack verify SET --image NAME`); None: not said, so refused.
     gate: tuple[str, ...] | None = None
+    # Platforms (linux/arm64) the image is not built for, each with the reason, sorted by
+    # platform: a plan for one of them is one error line saying why.
+    unavailable: tuple[tuple[str, str], ...] = ()
 
     @property
     def moving_ref(self) -> str:

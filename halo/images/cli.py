@@ -22,6 +22,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="rebuild from scratch (no layer cache) even if the input hash is already tagged",
     )
+    p.add_argument(
+        "--platform",
+        default="linux/amd64",
+        metavar="OS/ARCH",
+        help="the target platform: linux/amd64 (default) or linux/arm64 (assembled here with "
+        "uv installing for it; nothing runs under emulation)",
+    )
     p.set_defaults(func=_build)
 
     p = isub.add_parser(
@@ -52,6 +59,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("names", nargs="*", metavar="NAME")
     p.add_argument("--all", action="store_true", help="every image in the catalog")
     p.add_argument(
+        "--platform",
+        default="linux/amd64",
+        metavar="OS/ARCH",
+        help="the target platform: linux/amd64 (default) or linux/arm64 (assembled here with "
+        "uv installing for it; nothing runs under emulation)",
+    )
+    p.add_argument(
         "--json",
         action="store_true",
         help="print the plans as a JSON list: what `halo image build` runs, as data",
@@ -71,6 +85,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("names", nargs="*", metavar="NAME")
     p.add_argument("--all", action="store_true", help="every image in the catalog")
+    p.add_argument(
+        "--platform",
+        default="linux/amd64",
+        metavar="OS/ARCH",
+        help="the target platform: linux/amd64 (default) or linux/arm64 (assembled here with "
+        "uv installing for it; nothing runs under emulation)",
+    )
     p.set_defaults(func=_verify)
 
     p = isub.add_parser(
@@ -93,6 +114,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=_size)
 
+    p = isub.add_parser(
+        "index",
+        help="one tag for every platform: push each platform's image built here by digest and "
+        "an OCI image index over them (--verify: check it anonymously instead)",
+    )
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--registry", help="HOST[/PREFIX] (default: $HALO_REGISTRY)")
+    p.add_argument(
+        "--platforms",
+        default="linux/amd64,linux/arm64",
+        metavar="LIST",
+        help="the platforms the index names, comma-separated (default: linux/amd64,linux/arm64)",
+    )
+    p.add_argument("--verify", action="store_true", help="pull the index and each platform")
+    p.set_defaults(func=_index)
+
     from halo.images import publish_cli
 
     publish_cli.register(isub)  # stage, promote, push, verify-public, ecr-public-login
@@ -101,6 +138,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "base", help="make (or find) the base of an image: the fetch phase of its OS layer"
     )
     p.add_argument("names", nargs="+", metavar="NAME")
+    p.add_argument(
+        "--platform",
+        default="linux/amd64",
+        metavar="OS/ARCH",
+        help="the target platform: linux/amd64 (default) or linux/arm64 (assembled here with "
+        "uv installing for it; nothing runs under emulation)",
+    )
     p.set_defaults(func=_base)
 
     p = isub.add_parser(
@@ -123,19 +167,21 @@ def _build(args: argparse.Namespace) -> int:
     from halo.images.build import build_image, report
     from halo.images.catalog import load_catalog, remember
     from halo.images.docker import Docker
+    from halo.images.graph import parse_platform
     from halo.paths import find_repo, store_root
     from halo.store.store import Store
 
+    platform = parse_platform(args.platform)
     repo = find_repo()
     catalog = load_catalog(repo)
     images = _selected(catalog, args.names, args.all)
     store = Store(store_root())
     built = []
     for image in images:
-        result = build_image(repo, catalog, image, store, force=args.force)
+        result = build_image(repo, catalog, image, store, force=args.force, platform=platform)
         if not result.rebuilt:
             print(
-                f"{image.moving_ref}: up to date (input hash {result.inputs.hash[:12]}), nothing to build"
+                f"{result.moving_ref}: up to date (input hash {result.inputs.hash[:12]}), nothing to build"
             )
         built.append(result)
     print(report(built, Docker.discover()))
@@ -165,18 +211,42 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _index(args: argparse.Namespace) -> int:
+    from halo.images.catalog import load_catalog
+    from halo.images.graph import parse_platform
+    from halo.images.index import push_index, verify_index
+    from halo.images.publish import registry_from
+    from halo.paths import find_repo
+    from halo.report import say, table
+
+    platforms = [parse_platform(p) for p in args.platforms.split(",") if p.strip()]
+    registry = registry_from(args.registry)
+    repo = find_repo()
+    image = load_catalog(repo).image(args.name)
+    for p in platforms:
+        if reason := dict(image.unavailable).get(str(p)):
+            from halo.errors import HaloError
+
+            raise HaloError(f"image {image.name}: not built for {p}: {reason}")
+    if args.verify:
+        checks = verify_index(image, registry, platforms)
+        rows = [(c.platform, c.digest[:19], c.input_hash[:12], str(c.blobs)) for c in checks]
+        print(table(("platform", "manifest", "input hash", "blobs"), rows))
+        return 0
+    ref, entries = push_index(repo, image, registry, platforms, say)
+    rows = [(str(e.platform), e.manifest.digest[:19], e.input_hash[:12]) for e in entries]
+    print(table(("platform", "manifest", "input hash"), rows))
+    print(f"{ref}: an OCI image index over {len(entries)} platforms")
+    return 0
+
+
 def _kernels(args: argparse.Namespace) -> int:
     from halo.cache.config import configured_cache
     from halo.errors import HaloError
     from halo.images.catalog import load_catalog
-    from halo.images.derivations import (
-        derivation_hash,
-        first_object,
-        image_derivations,
-        realise,
-        realiser,
-    )
+    from halo.images.evaluate.derivations import derivation_node, image_derivations
     from halo.images.plan import local_docker
+    from halo.images.realise.derivation import first_object, realise, realiser
     from halo.paths import find_repo, store_root
     from halo.report import table
     from halo.store.store import Store
@@ -191,7 +261,7 @@ def _kernels(args: argparse.Namespace) -> int:
     r = realiser(repo, Store(store_root()), docker, configured_cache())
     rows = []
     for image in _selected(catalog, args.names, args.all):
-        drvs = image_derivations(repo, catalog, image)
+        drvs = [derivation_node(d, repo) for d in image_derivations(repo, catalog, image)]
         unknown = sorted(set(args.only) - {d.name for d in drvs})
         if unknown:
             raise HaloError(f"--only {unknown[0]}: not a source of image {image.name}")
@@ -214,7 +284,7 @@ def _kernels(args: argparse.Namespace) -> int:
                 (
                     image.name,
                     drv.name,
-                    derivation_hash(drv, repo)[:12],
+                    drv.hash[:12],
                     x.origin,
                     when,
                     x.wheel.name,
@@ -261,18 +331,23 @@ def _plan(args: argparse.Namespace) -> int:
     import json
 
     from halo.images.catalog import load_catalog
+    from halo.images.graph import parse_platform
     from halo.images.plan import image_plan, local_docker, render_plan
     from halo.paths import find_repo, store_root
     from halo.store.store import Store
 
+    platform = parse_platform(args.platform)
     repo = find_repo()
     catalog = load_catalog(repo)
+    images = [
+        i
+        for i in _selected(catalog, args.names, args.all)
+        # --all: the images built for the platform; a name the catalog rules out says why.
+        if not (args.all and dict(i.unavailable).get(str(platform)))
+    ]
     docker = local_docker()
     store = Store(store_root())
-    plans = [
-        image_plan(repo, catalog, image, store, docker)
-        for image in _selected(catalog, args.names, args.all)
-    ]
+    plans = [image_plan(repo, catalog, image, store, docker, platform) for image in images]
     if args.json:
         print(json.dumps([p.to_dict() for p in plans], indent=2))
     else:
@@ -283,14 +358,16 @@ def _plan(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from halo.images.build import verify_image
     from halo.images.catalog import load_catalog
+    from halo.images.graph import parse_platform
     from halo.paths import find_repo, store_root
     from halo.report import table
     from halo.store.store import Store
 
+    platform = parse_platform(args.platform)
     repo = find_repo()
     catalog = load_catalog(repo)
     results = [
-        verify_image(repo, catalog, image, Store(store_root()))
+        verify_image(repo, catalog, image, Store(store_root()), platform)
         for image in _selected(catalog, args.names, args.all)
     ]
     rows = [
@@ -322,19 +399,27 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _base(args: argparse.Namespace) -> int:
-    from halo.images.base import make_base
     from halo.images.catalog import load_catalog
     from halo.images.docker import Docker
+    from halo.images.evaluate.plan import base_nodes
+    from halo.images.graph import parse_platform
+    from halo.images.realise.base import make_base
     from halo.paths import cache_home, find_repo
 
+    platform = parse_platform(args.platform)
     repo = find_repo()
     catalog = load_catalog(repo)
     docker = Docker.discover()
-    for name in args.names:
-        image = catalog.image(name)
-        for base_name in filter(None, (image.base, image.builder)):
-            state = make_base(catalog.bases[base_name], repo, docker, cache_home() / "work")
-            print(f"{base_name}: {state.ref} {state.image_id}")
+    images = [catalog.image(name) for name in args.names]
+    # Evaluate every base first (a missing OS lock fails before anything is made), then make.
+    wanted = {
+        b: base_nodes(repo, catalog.bases[b], platform)
+        for image in images
+        for b in filter(None, (image.base, image.builder))
+    }
+    for base_name, (fetch, node) in wanted.items():
+        state = make_base(node, fetch, repo, docker, cache_home() / "work")
+        print(f"{base_name}{platform.suffix}: {state.ref} {state.image_id}")
     return 0
 
 

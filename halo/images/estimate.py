@@ -9,10 +9,20 @@ seed figure per source pin for one architecture. Estimates are marked as such.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from halo.builder.record import read_record, store_records
 from halo.errors import HaloError
-from halo.images.derivations import Cache, Derivation, parallelism
+from halo.images.realise.derivation import Cache, parallelism
 from halo.store.store import Store
+
+
+class Named(Protocol):
+    """A derivation, or its node in a plan: what an estimate needs is its source's name."""
+
+    @property
+    def name(self) -> str: ...
+
 
 # Core-hours of one single-architecture compile with the cuda-builder toolchain, where no
 # record of one exists yet. Measured on this kind of host (2 busy cores): FA2's first nvcc
@@ -60,7 +70,7 @@ def core_seconds(name: str, store: Store) -> tuple[float, str]:
     return SEED_CORE_HOURS.get(name, 1.0) * 3600, "estimate"
 
 
-def compile_estimate(drv: Derivation, store: Store) -> str:
+def compile_estimate(drv: Named, store: Store) -> str:
     jobs = int(parallelism()["MAX_JOBS"])
     seconds, basis = core_seconds(drv.name, store)
     hours = seconds / jobs / 3600

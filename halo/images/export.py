@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from halo.errors import HaloError
-from halo.images.base import DEFAULT_EPOCH
 from halo.images.docker import Docker
+from halo.images.graph import DEFAULT_EPOCH
 
 FORMATS = ("sqsh", "sif")
 # lz4: the fastest of mksquashfs's compressors (an image of GBs in minutes on two cores); fixed, since

@@ -17,6 +17,7 @@ import datetime
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from packaging.utils import canonicalize_name
@@ -77,7 +78,7 @@ def build_bom(image_ref: str, input_hash: str, pin_set: str, parts: Sequence[Par
     from cyclonedx.model.component import Component, ComponentType
     from packageurl import PackageURL
 
-    from halo.images.base import DEFAULT_EPOCH
+    from halo.images.graph import DEFAULT_EPOCH
 
     keys = [p.key for p in parts]
     if dup := sorted({k for k in keys if keys.count(k) > 1}):
@@ -176,7 +177,9 @@ def check_installed(doc: Mapping[str, object], installed: Mapping[str, str]) -> 
         raise HaloError(f"SBOM: does not describe this environment: {'; '.join(problems[:5])}")
 
 
-def installed_distributions() -> dict[str, str]:
+def installed_distributions(site: Path | None = None) -> dict[str, str]:
+    """name -> version of what this interpreter (or the site-packages ``site``) has installed."""
     from importlib import metadata
 
-    return {d.metadata["Name"]: d.version for d in metadata.distributions() if d.metadata["Name"]}
+    found = metadata.distributions(path=[str(site)]) if site else metadata.distributions()
+    return {d.metadata["Name"]: d.version for d in found if d.metadata["Name"]}

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from halo.errors import HaloError
 from halo.hashing import sha256_file, tree_files
-from halo.images.base import DEFAULT_EPOCH
+from halo.images.graph import DEFAULT_EPOCH
 
 # What the backend reads besides halo/'s contents (and so what the input hash must cover).
 BACKEND_INPUTS = ("pyproject.toml", "README.md")

@@ -31,6 +31,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the bases' OS locks (pins/debian.BASE.lock.toml) instead: SETs name bases (default: all)",
     )
     lock.add_argument(
+        "--platform",
+        default="",
+        metavar="OS/ARCH",
+        help="with --os: the bases' OS locks for this platform (linux/arm64: "
+        "pins/debian.BASE-arm64.lock.toml); default: every platform an image is built for",
+    )
+    lock.add_argument(
         "--upgrade",
         action="store_true",
         help="ignore the committed locks' pins (by default a re-lock keeps them where it can); "
@@ -98,21 +105,41 @@ def _lock(args: argparse.Namespace) -> int:
     return 0
 
 
-def _os_inputs(names: list[str]):  # type: ignore[no-untyped-def]
-    """The DebInputs of the named mmdebstrap bases of images/images.yaml (all by default)."""
+def _os_inputs(names: list[str], platform: str = ""):  # type: ignore[no-untyped-def]
+    """The DebInputs of the named mmdebstrap bases of images/images.yaml (all by default), for
+    ``platform``, or for every platform an image on the base is built for (amd64 always). A
+    name may carry its platform (debian12-python-arm64), as its OS lock's file does."""
     from halo.errors import HaloError
-    from halo.images.base import deb_inputs
     from halo.images.catalog import load_catalog
+    from halo.images.evaluate.bases import deb_inputs
+    from halo.images.graph import AMD64, PLATFORMS, parse_platform
     from halo.paths import find_repo
 
     catalog = load_catalog(find_repo())
     bases = {n: b for n, b in catalog.bases.items() if b.recipe == "mmdebstrap"}
-    unknown = [n for n in names if n not in bases]
-    if unknown:
-        raise HaloError(
-            f"{catalog.path}: no base '{unknown[0]}' (known: {', '.join(sorted(bases))})"
-        )
-    return [deb_inputs(bases[n]) for n in (names or sorted(bases))]
+    wanted = [parse_platform(platform)] if platform else list(PLATFORMS)
+    asked = []
+    for n in names:
+        twin = next((p for p in PLATFORMS if p.suffix and n.endswith(p.suffix)), None)
+        if n not in bases and twin is not None and n.removesuffix(twin.suffix) in bases:
+            asked.append((n.removesuffix(twin.suffix), twin))
+        elif n in bases:
+            asked += [(n, p) for p in wanted]
+        else:
+            raise HaloError(f"{catalog.path}: no base '{n}' (known: {', '.join(sorted(bases))})")
+    if names:
+        return [deb_inputs(bases[n], p) for n, p in asked]
+    out = []
+    for p in wanted:
+        # A base has a twin for a platform when an image built for it stands on it.
+        used = {
+            b
+            for i in catalog.images.values()
+            if str(p) not in dict(i.unavailable)
+            for b in filter(None, (i.base, i.builder))
+        }
+        out += [deb_inputs(bases[n], p) for n in sorted(bases) if p == AMD64 or n in used]
+    return out
 
 
 def _lock_os(args: argparse.Namespace, pins_dir: Path) -> int:
@@ -121,7 +148,7 @@ def _lock_os(args: argparse.Namespace, pins_dir: Path) -> int:
     from halo.pins.deblock import deb_lock_name
     from halo.pins.deblocking import drift, lock_bases
 
-    wanted = _os_inputs(args.sets)
+    wanted = _os_inputs(args.sets, args.platform)
     if args.check:
         drifted = {i.base: drift(pins_dir, i) for i in wanted}
         drifted = {b: lines for b, lines in drifted.items() if lines}
@@ -186,7 +213,8 @@ def _image_pythons() -> list[ImagePython]:
     and the builder's set with its builder base's: wheels for another CPython would not
     install there. Bases not made here from an OS lock ship no Python known to the check."""
     from halo.images.catalog import load_catalog
-    from halo.images.derivations import BUILDER_SET
+    from halo.images.evaluate.derivations import BUILDER_SET
+    from halo.images.graph import PLATFORMS, base_lock_name, set_for
     from halo.paths import find_repo
     from halo.pins.deblock import cpython_of, deb_lock_path, load_deb_lock
     from halo.pins.invariants import ImagePython
@@ -194,18 +222,23 @@ def _image_pythons() -> list[ImagePython]:
     catalog = load_catalog(find_repo())
     shipped: dict[str, str | None] = {}
     out = []
-    for image in sorted(catalog.images.values(), key=lambda i: i.name):
-        pairs = [(image.pins, image.base)] + (
-            [(BUILDER_SET, image.builder)] if image.builder else []
-        )
-        for pin_set, base_name in pairs:
-            if catalog.bases[base_name].recipe != "mmdebstrap":
+    for platform in PLATFORMS:
+        for image in sorted(catalog.images.values(), key=lambda i: i.name):
+            if str(platform) in dict(image.unavailable):
                 continue
-            if base_name not in shipped:
-                path = deb_lock_path(_pins_dir(), base_name)
-                shipped[base_name] = cpython_of(load_deb_lock(path)) if path.is_file() else None
-            if (ships := shipped[base_name]) is not None:
-                out.append(ImagePython(image.name, pin_set, base_name, ships))
+            pairs = [(image.pins, image.base)] + (
+                [(BUILDER_SET, image.builder)] if image.builder else []
+            )
+            for pin_set, base_name in pairs:
+                if catalog.bases[base_name].recipe != "mmdebstrap":
+                    continue
+                twin = base_lock_name(base_name, platform)
+                if twin not in shipped:
+                    path = deb_lock_path(_pins_dir(), twin)
+                    shipped[twin] = cpython_of(load_deb_lock(path)) if path.is_file() else None
+                if (ships := shipped[twin]) is not None:
+                    name = image.name + platform.suffix
+                    out.append(ImagePython(name, set_for(pin_set, platform), twin, ships))
     return out
 
 

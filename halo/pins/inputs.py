@@ -6,6 +6,7 @@ inputs hash to tell a lock that is older than its inputs.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -145,8 +146,25 @@ class SetSpec(Strict):
     overrides: list[FileName] = Field(default_factory=list)
 
 
+class PlatformSpec(Strict):
+    """One [platform.ARCH] table: the sets resolved again for another platform.
+
+    Each named set gets a twin, SET-ARCH (pins/pylock.SET-ARCH.toml), with the same
+    requirements, constraints, overrides, excludes and pre-releases and this ``platform``:
+    one list of inputs, so the platforms cannot drift apart by an edit to one of them.
+    """
+
+    platform: Annotated[
+        str, matches(PLATFORM_RE.pattern[1:-1], "a target like 'aarch64-manylinux_2_36'")
+    ]
+    sets: Annotated[list[Name], Field(min_length=1)]
+
+
 class SetsFile(Strict):
     set: Annotated[dict[Name, object], Field(min_length=1)]
+    platform: dict[Annotated[str, matches(r"arm64", "a platform: arm64")], PlatformSpec] = Field(
+        default_factory=dict
+    )
 
 
 def _read_input(pins_dir: Path, sub: str, name: str) -> InputFile:
@@ -194,4 +212,17 @@ def load_inputs(pins_dir: Path) -> PinInputs:
     assert top is not None
     sets = {name: _parse_set(pins_dir, name, raw, found) for name, raw in top.set.items()}
     found.check()
-    return PinInputs(pins_dir=pins_dir, sets={n: s for n, s in sets.items() if s is not None})
+    out = {n: s for n, s in sets.items() if s is not None}
+    for arch, spec in top.platform.items():
+        for i, name in enumerate(spec.sets):
+            twin = f"{name}-{arch}"
+            if name not in out:
+                found.add(f"platform.{arch}.sets[{i}]", f"'{name}' is not a [set.NAME] here")
+            elif twin in out:
+                found.add(f"platform.{arch}.sets[{i}]", f"'{twin}' is a [set.NAME] already")
+            elif out[name].arch == spec.platform.split("-", 1)[0]:
+                found.add(f"platform.{arch}.platform", f"set {name} is for {spec.platform} already")
+            else:
+                out[twin] = dataclasses.replace(out[name], name=twin, platform=spec.platform)
+    found.check()
+    return PinInputs(pins_dir=pins_dir, sets=out)

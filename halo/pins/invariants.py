@@ -96,6 +96,15 @@ class Policy:
             NCCL: "DeepEP 2.1.0 needs NCCL >= 2.30.4; torch 2.11.0 pins 2.28.9 exactly",
         }
     )
+    # (set, package) pairs one platform's lock may hold and another's not, each with its
+    # reason: a dependency a package declares only on some machines.
+    platform_only: Mapping[tuple[str, str], str] = field(
+        default_factory=lambda: {
+            ("sglang", "torchcodec"): "sglang 0.5.17 declares torchcodec off aarch64 only",
+            ("sglang", "av"): "sglang 0.5.17 declares av (with decord2) on aarch64 only",
+            ("sglang", "decord2"): "sglang 0.5.17 declares decord2 (with av) on aarch64 only",
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -540,9 +549,127 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+# The suffixes pins/sets.toml's [platform.ARCH] tables give a set's twins (cpu -> cpu-arm64).
+PLATFORM_SUFFIXES = ("-arm64",)
+# What must be the same version on every platform: the stack the trainer, its kernels and its
+# peers agree on (one torch, one CUDA, one NCCL, numpy<2 as on amd64).
+PLATFORM_SAME_PREFIXES = ("nvidia-", "cuda-")
+PLATFORM_SAME = frozenset({TORCH, NUMPY, "triton"})
+
+
+def platform_views(locks: Mapping[str, Lock]) -> dict[str, dict[str, str]]:
+    """{suffix: {set name as the Policy names it: lock name}}: "" holds the amd64 sets, each
+    suffix the twins of that platform. Every rule holds on each platform by itself."""
+    views: dict[str, dict[str, str]] = {"": {}}
+    for name in sorted(locks):
+        suffix = next(
+            (x for x in PLATFORM_SUFFIXES if name.endswith(x) and name.removesuffix(x) in locks),
+            "",
+        )
+        views.setdefault(suffix, {})[name.removesuffix(suffix)] = name
+    return views
+
+
 def check(pins: Pins, policy: Policy | None = None) -> list[Violation]:
+    """Every rule on each platform's sets (cpu-arm64 plays cpu's part among the arm64 locks),
+    then the twins against their amd64 sets."""
     policy = policy or Policy()
-    return [v for rule in RULES for v in rule(pins, policy)]
+    out: dict[str, Violation] = {}
+    for view in platform_views(pins.locks).values():
+        scoped = Pins(locks={k: pins.locks[v] for k, v in view.items()}, sources=pins.sources)
+        for rule in RULES:
+            for v in rule(scoped, policy):
+                named = Violation(view.get(v.set, v.set), v.package, v.rule, v.hint)
+                out.setdefault(str(named), named)  # source pins' lines come once
+    for v in cross_platform(pins, policy):
+        out.setdefault(str(v), v)
+    return list(out.values())
+
+
+def _is_same_everywhere(name: str) -> bool:
+    key = normalize(name)
+    return key in PLATFORM_SAME or key.startswith(PLATFORM_SAME_PREFIXES)
+
+
+def _wheel_platforms(file: str) -> set[str]:
+    """The platform tags of a wheel file name (`manylinux_2_28_aarch64`, `any`)."""
+    return set(file.removesuffix(".whl").split("-")[-1].split("."))
+
+
+def cross_platform(pins: Pins, policy: Policy) -> Iterable[Violation]:
+    """Each twin against its amd64 set: the same stack (torch, CUDA, NCCL, numpy versions),
+    every package on both unless the Policy says why not, each wheel for the twin's machine,
+    and a wheel both locks name by one file name pinned by one sha256."""
+    for suffix, view in platform_views(pins.locks).items():
+        if not suffix:
+            continue
+        for base_name, twin_name in sorted(view.items()):
+            base, twin = pins.locks[base_name], pins.locks[twin_name]
+            yield from _twin_versions(base, twin, base_name, twin_name, policy)
+            yield from _twin_wheels(base, twin, twin_name)
+
+
+def _twin_versions(
+    base: Lock, twin: Lock, base_name: str, twin_name: str, policy: Policy
+) -> Iterable[Violation]:
+    ours = {normalize(p.name): p for p in base.packages}
+    theirs = {normalize(p.name): p for p in twin.packages}
+    for key in sorted(ours.keys() - theirs.keys()):
+        if (base_name, key) not in policy.platform_only:
+            yield Violation(
+                twin_name,
+                ours[key].name,
+                "platform-entry",
+                f"in {base_name} ({ours[key].version}) but not here; re-lock {twin_name}, or "
+                "name it in Policy.platform_only with the reason",
+            )
+    for key in sorted(theirs.keys() - ours.keys()):
+        if (base_name, key) not in policy.platform_only:
+            yield Violation(
+                twin_name,
+                theirs[key].name,
+                "platform-entry",
+                f"here ({theirs[key].version}) but not in {base_name}; re-lock {twin_name}, or "
+                "name it in Policy.platform_only with the reason",
+            )
+    for key in sorted(ours.keys() & theirs.keys()):
+        if not _is_same_everywhere(key):
+            continue
+        a = {p.version for p in base.entries(key)}
+        b = {p.version for p in twin.entries(key)}
+        if a != b:
+            yield Violation(
+                twin_name,
+                theirs[key].name,
+                "same-on-every-platform",
+                f"{'/'.join(sorted(b))} here, {'/'.join(sorted(a))} in {base_name}: torch, "
+                "CUDA, NCCL and numpy are one version on every platform; re-lock "
+                f"{twin_name}",
+            )
+
+
+def _twin_wheels(base: Lock, twin: Lock, twin_name: str) -> Iterable[Violation]:
+    machine = twin.platform.split("-", 1)[0]
+    pinned = {a.file: a.sha256 for a in base.artifacts}
+    for pkg in twin.packages:
+        for art in pkg.artifacts:
+            if art.is_wheel:
+                tags = _wheel_platforms(art.file)
+                if "any" not in tags and not any(t.endswith(machine) for t in tags):
+                    yield Violation(
+                        twin_name,
+                        pkg.name,
+                        "platform-wheel",
+                        f"{art.file} is not for {machine}; re-lock {twin_name}",
+                    )
+            if art.file in pinned and pinned[art.file] != art.sha256:
+                yield Violation(
+                    twin_name,
+                    pkg.name,
+                    "platform-wheel-hash",
+                    f"{art.file}: sha256 {art.sha256[:12]}... here, {pinned[art.file][:12]}... "
+                    f"in pins/{lock_name(base.set)}; one file has one hash",
+                )
 
 
 def check_all(

@@ -12,6 +12,7 @@ from halo.pins.inputs import PinInputs, SetInputs, load_inputs
 from halo.pins.lockfile import Lock, load_lock, lock_name, lock_path, parse_lock, render_lock
 from halo.pins.resolve import (
     NO_UPGRADE,
+    Preferences,
     Resolver,
     Upgrade,
     build_lock,
@@ -56,14 +57,43 @@ def committed_lock(pins_dir: Path, name: str) -> Lock | None:
         ) from None
 
 
+def twin_of(inputs: PinInputs, name: str) -> str | None:
+    """The set a platform twin (blackwell-arm64) was made from (blackwell); None for a set."""
+    for base in inputs.sets:
+        if (
+            name != base
+            and name.startswith(f"{base}-")
+            and name.removeprefix(f"{base}-") in (PLATFORM_TWINS)
+        ):
+            return base
+    return None
+
+
+# The suffixes pins/sets.toml's [platform.ARCH] tables give twins (halo.pins.inputs).
+PLATFORM_TWINS = ("arm64",)
+
+
+def twin_preferences(
+    reference: Lock | None, own: Lock | None, upgrade: Upgrade = NO_UPGRADE
+) -> Preferences:
+    """A twin prefers the versions its reference set (the amd64 lock) pins, then its own:
+    a platform resolves to the same stack wherever the index lets it."""
+    first, second = preferences(reference, upgrade), preferences(own, upgrade)
+    named = {n for n, _ in first.pins}
+    pins = first.pins + tuple(p for p in second.pins if p[0] not in named)
+    return Preferences(pins=tuple(sorted(pins)), upgrade=upgrade)
+
+
 def render(
     inputs: SetInputs,
     pins_dir: Path,
     resolver: Resolver,
     upgrade: Upgrade = NO_UPGRADE,
     previous: Lock | None = None,
+    prefer: Preferences | None = None,
 ) -> str:
-    resolution = resolver.resolve(inputs, pins_dir, preferences(previous, upgrade))
+    wanted = prefer if prefer is not None else preferences(previous, upgrade)
+    resolution = resolver.resolve(inputs, pins_dir, wanted)
     lock = build_lock(inputs, resolution, file_size, previous)
     text = render_lock(lock, lock_header(inputs))
     parse_lock(text, f"{lock_name(inputs.name)} (as rendered)")  # never write what we cannot read
@@ -74,9 +104,17 @@ def resolve_all(
     pins_dir: Path, names: list[str], resolver: Resolver, upgrade: Upgrade = NO_UPGRADE
 ) -> dict[str, str]:
     """Rendered locks of the named sets (all by default), resolved in parallel: uv mostly waits."""
-    selected = load_inputs(pins_dir).select(names)
+    every = load_inputs(pins_dir)
+    selected = every.select(names)
     # --upgrade takes nothing from the committed locks, not even their files.
     previous = {s.name: None if upgrade.all else committed_lock(pins_dir, s.name) for s in selected}
+    prefer: dict[str, Preferences | None] = {}
+    for s in selected:
+        base = twin_of(every, s.name)
+        reference = None if base is None or upgrade.all else committed_lock(pins_dir, base)
+        prefer[s.name] = (
+            None if base is None else twin_preferences(reference, previous[s.name], upgrade)
+        )
     if unknown := upgrade.unknown(previous.values()):
         sets = ", ".join(previous)
         raise HaloError(
@@ -84,7 +122,10 @@ def resolve_all(
         )
     with ThreadPoolExecutor(max_workers=max(1, len(selected))) as pool:
         texts = list(
-            pool.map(lambda s: render(s, pins_dir, resolver, upgrade, previous[s.name]), selected)
+            pool.map(
+                lambda s: render(s, pins_dir, resolver, upgrade, previous[s.name], prefer[s.name]),
+                selected,
+            )
         )
     return {s.name: t for s, t in zip(selected, texts, strict=True)}
 

@@ -319,11 +319,11 @@ class Counted:
 
 def _count_evaluation(monkeypatch: pytest.MonkeyPatch, lock_name: str) -> tuple[Counted, Counted]:
     """(input hash computations, loads of the image's lock) in this process."""
-    import halo.images.buildplan
+    import halo.images.evaluate.inputs
     import halo.pins.lockfile
 
-    hashed = Counted(halo.images.buildplan.image_inputs)
-    monkeypatch.setattr(halo.images.buildplan, "image_inputs", hashed)
+    hashed = Counted(halo.images.evaluate.inputs.image_inputs)
+    monkeypatch.setattr(halo.images.evaluate.inputs, "image_inputs", hashed)
     loaded = Counted(halo.pins.lockfile.load_lock, lambda path: Path(path).name == lock_name)
     monkeypatch.setattr(halo.pins.lockfile, "load_lock", loaded)
     return hashed, loaded

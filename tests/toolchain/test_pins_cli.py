@@ -26,7 +26,8 @@ def test_committed_pins_pass_check() -> None:
     # Its speed budget (< 1 s) is measured by `nox -s bench`, not by a timed test.
     proc = halo("pins", "check", cwd=REPO)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout == "pins: 7 sets, 3 source pins, 4 OS locks: all invariants hold\n"
+    # 7 sets and 6 arm64 twins; 4 OS locks and 3 arm64 ones (the bases arm64 images stand on).
+    assert proc.stdout == "pins: 13 sets, 3 source pins, 7 OS locks: all invariants hold\n"
 
 
 def test_committed_locks_name_files_never_locations() -> None:
@@ -104,8 +105,11 @@ def test_check_reports_a_violation_in_one_line(repo_copy: Path) -> None:
         "hopper: nvidia-nccl-cu13: one-nccl (2.27.7 here; blackwell 2.30.7, hopper 2.27.7)",
         "hopper: nvidia-nccl-cu13: builder-matches (2.27.7 here, 2.30.7 in cuda-builder, which "
         "compiles this set's kernels; re-lock both)",
+        # The arm64 twin, untouched, no longer matches its amd64 set.
+        "hopper-arm64: nvidia-nccl-cu13: same-on-every-platform (2.30.7 here, 2.27.7 in hopper: "
+        "torch, CUDA, NCCL and numpy are one version on every platform; re-lock hopper-arm64)",
     ]
-    assert proc.stderr == "halo: 3 pin invariant violation(s)\n"
+    assert proc.stderr == "halo: 4 pin invariant violation(s)\n"
 
 
 def test_check_refuses_a_lock_for_another_cpython_than_its_base_ships(repo_copy: Path) -> None:

@@ -495,27 +495,42 @@ def _short_sha(pins: Pins) -> Pins:
 WHY = {
     "cupy-cuda12x added to vllm": (
         _packages("vllm", lambda ps: (*ps, pkg("cupy-cuda12x", "13.6.0"))),
-        {"vllm: cupy-cuda12x: cuda13-only", "vllm: cupy-cuda12x: closure"},
+        {
+            "vllm: cupy-cuda12x: cuda13-only",
+            "vllm: cupy-cuda12x: closure",
+            "vllm-arm64: cupy-cuda12x: platform-entry",  # the twin no longer matches
+        },
     ),
     "NCCL removed from hopper": (
         _packages("hopper", lambda ps: tuple(p for p in ps if p.name != "nvidia-nccl-cu13")),
-        {"hopper: nvidia-nccl-cu13: required-in", "hopper: nvidia-nccl-cu13: closure"},
+        {
+            "hopper: nvidia-nccl-cu13: required-in",
+            "hopper: nvidia-nccl-cu13: closure",
+            "hopper-arm64: nvidia-nccl-cu13: platform-entry",
+        },
     ),
     "vllm's NCCL changed": (
         _replace_package("vllm", "nvidia-nccl-cu13", version="2.27.7"),
-        {"vllm: nvidia-nccl-cu13: nccl-matches-training"},
+        {
+            "vllm: nvidia-nccl-cu13: nccl-matches-training",
+            "vllm-arm64: nvidia-nccl-cu13: same-on-every-platform",
+        },
     ),
     "a torch file named +cu126": (_torch_file, {"blackwell: torch: cuda13-only"}),
     "FA2 dropped from blackwell's sources": (
         map_sources(
             lambda s: dataclasses.replace(s, sets=("hopper",)) if s.name == "flash-attn" else s
         ),
-        {"blackwell: flash-attn: required-in"},
+        {"blackwell: flash-attn: required-in", "blackwell-arm64: flash-attn: required-in"},
     ),
     "a 63-hex sha256": (_short_sha, {"hopper: numpy: hash-pinned"}),
     "a second numpy entry at 2.1.0 in blackwell": (
         _packages("blackwell", lambda ps: (*ps, pkg("numpy", "2.1.0"))),
-        {"blackwell: numpy: one-entry", "blackwell: numpy: numpy-below-2"},
+        {
+            "blackwell: numpy: one-entry",
+            "blackwell: numpy: numpy-below-2",
+            "blackwell-arm64: numpy: same-on-every-platform",
+        },
     ),
     "a second NCCL entry in hopper, for aarch64": (
         _packages(
@@ -529,6 +544,7 @@ WHY = {
             "blackwell: nvidia-nccl-cu13: one-nccl",
             "hopper: nvidia-nccl-cu13: one-nccl",
             "hopper: nvidia-nccl-cu13: builder-matches",
+            "hopper-arm64: nvidia-nccl-cu13: same-on-every-platform",
         },
     ),
 }

