@@ -7,7 +7,7 @@
   lock check      `halo pins lock --check` over every set, warm uv cache                     < 60 s
   trainer         tokens/s of `halo launch sft` / TRL SFTTrainer, ~30M Llama, CPU   >= 1.0x (goal 1.3x)
   gpu             tokens/s and MFU of the trainer's SFT step / a plain PyTorch loop,
-                  ~1B Llama, bf16, one GPU, two sequence lengths (halo/train/gpubench.py) >= 0.95x
+                  ~1B Llama, bf16, one GPU, two sequence lengths (halo/train/measure/gpubench.py) >= 0.95x
                   and a Qwen3-30B-A3B-shaped MoE (layers to fit): tokens/s per GPU and MFU of
                   active parameters, one GPU; EP (all-to-all, DeepEP) and TP rows on 2+ GPUs
                   (no GPU: one "skipped: no GPU" row, never a pass it did not measure)
@@ -122,8 +122,8 @@ def lock_check() -> list[Row]:
 
 
 def trainer() -> list[Row]:
-    """halo/train/bench.py: interleaved runs of `halo launch sft` and TRL's SFTTrainer."""
-    from halo.train.bench import FLOOR, GOAL, measure
+    """halo/train/measure/bench.py: interleaved runs of `halo launch sft` and TRL's SFTTrainer."""
+    from halo.train.measure.bench import FLOOR, GOAL, measure
 
     r = measure()
     detail = (
@@ -136,11 +136,11 @@ def trainer() -> list[Row]:
 
 
 def gpu() -> list[Row]:
-    """halo/train/gpubench.py in its own process (it needs the GPU's memory to itself)."""
+    """halo/train/measure/gpubench.py in its own process (it needs the GPU's memory to itself)."""
     import json
     import tempfile
 
-    from halo.train import gpubench
+    from halo.train.measure import gpubench
 
     if reason := gpubench.no_gpu_reason():
         print(f"bench: gpu: skipped: no GPU ({reason})", file=sys.stderr, flush=True)
@@ -148,7 +148,9 @@ def gpu() -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="halo-gpubench-") as tmp:
         out = Path(tmp) / "gpu.json"
         proc = subprocess.run(
-            [sys.executable, "-m", "halo.train.gpubench", "--json", str(out)], cwd=REPO, check=False
+            [sys.executable, "-m", "halo.train.measure.gpubench", "--json", str(out)],
+            cwd=REPO,
+            check=False,
         )
         if not out.is_file():
             sys.exit(f"bench: the GPU benchmark failed (exit {proc.returncode})")

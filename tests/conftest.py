@@ -11,7 +11,7 @@ GPU_MARKERS = ("gpu_core", "gpu_full")
 
 @functools.cache
 def _gpu_absent_reason() -> str | None:
-    from halo.train.driver import check
+    from halo.train.launch.driver import check
 
     driver = check()
     if not driver.ok:  # one line: "driver X, image needs ≥ 580 (CUDA 13.0)"

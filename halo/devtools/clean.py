@@ -29,11 +29,11 @@ REPO_CACHES = (".pytest_cache", ".ruff_cache", "build", "dist")
 SCRATCH_CACHES = ("reports", "tmp", "home", "export")
 PROTECTED = "checkpoints"
 _SKIP_WALK = {".git", ".nox", ".venv", "runs", "node_modules"}
-# The trainer's names (halo.train.checkpoint.NAME): a checkpoint, the hidden temp folder it is
+# The trainer's names (halo.train.checkpoints.checkpoint.NAME): a checkpoint, the hidden temp folder it is
 # written into (``.r1_epoch_0_step_5.<random>.tmp``, no record yet), one set aside (``.bad``).
 _CHECKPOINT_NAME = re.compile(r"\.?r\d+_epoch_\d+_step_\d+(\..+)?")
 RECORD = "meta.json"
-# A job folder a run is using holds the run's lock (halo.train.joblock.LOCK_NAME): all of it
+# A job folder a run is using holds the run's lock (halo.train.checkpoints.joblock.LOCK_NAME): all of it
 # stays, the checkpoint being written and the lock included.
 JOB_LOCK = ".halo-run.lock"
 # The trackers' local files. wandb's folder holds these (wandb/sdk/lib/filenames and its run
@@ -49,7 +49,7 @@ _SKIP_TRACKERS = {".git", ".nox", ".venv", "node_modules", "hf", "stacks"}
 def has_checkpoint_record(folder: Path) -> bool:
     """A trainer checkpoint's record: ``meta.json``, an object with a ``files`` table.
 
-    The same test as halo.train.checkpoint.read_meta (which needs torch to import), kept
+    The same test as halo.train.checkpoints.checkpoint.read_meta (which needs torch to import), kept
     lenient on purpose: a damaged record is still a checkpoint someone may want back.
     """
     try:

@@ -209,14 +209,14 @@ def _restart(args: argparse.Namespace) -> int:
 
 
 def _meta(path: Path) -> dict:  # type: ignore[type-arg]
-    from halo.train import checkpoint
+    from halo.train.checkpoints import checkpoint
 
     return checkpoint.read_meta(path) or {}
 
 
 def _checkpoints(job) -> list[Path]:  # type: ignore[no-untyped-def]
     """Complete checkpoints of the job, oldest first (meta.json only: no torch)."""
-    from halo.train import checkpoint
+    from halo.train.checkpoints import checkpoint
     from halo.train.config import load
 
     try:

@@ -29,7 +29,7 @@ NAME = JOB  # the folder `halo serve` trains it into, under its scratch
 
 
 def build(out: Path) -> Path:
-    from halo.train import checkpoint, export
+    from halo.train.checkpoints import checkpoint, export
 
     work = out.with_name(f".{out.name}.train")
     shutil.rmtree(work, ignore_errors=True)

@@ -89,7 +89,7 @@ def bench_lines(path: Path) -> list[str]:
             f"{q['tokens_per_s']:.0f} | {pct(q['mfu'])} | {p['ratio']:.3f} |"
         )
     moe = r.get("moe") or []
-    if moe:  # the MoE rows (halo/train/gpubench.py: moe_suite)
+    if moe:  # the MoE rows (halo/train/measure/gpubench.py: moe_suite)
         lines += ["", "| MoE, Qwen3-30B-A3B-shaped | GPUs | EP | TP | backend | tokens/s/GPU | MFU |",
                   "|---|---|---|---|---|---|---|"]  # fmt: skip
         for m in moe:
@@ -115,7 +115,12 @@ def table(out: Path, versions: str, rc_tests: int, rc_bench: int, seconds: float
              f"gpu_core: {summary} (pytest exit {rc_tests}); benchmark exit {rc_bench}; "
              f"{seconds:.0f} s in all", "", "| test | result | s | detail |", "|---|---|---|---|"]  # fmt: skip
     lines += [f"| {n} | {o} | {s} | {d.replace('|', '/')} |" for n, o, s, d in rows]
-    lines += ["", "## GPU benchmark (halo/train/gpubench.py)", "", *bench_lines(out / "bench.json")]
+    lines += [
+        "",
+        "## GPU benchmark (halo/train/measure/gpubench.py)",
+        "",
+        *bench_lines(out / "bench.json"),
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -154,7 +159,13 @@ def main(argv: list[str] | None = None) -> int:
     rc_tests = run_logged(pytest, args.out / "gpu_core.log", tests_s + 15, env)
     left = args.budget - (time.monotonic() - start)
     print(f"device-check: GPU benchmark ({left:.0f} s at most)", flush=True)
-    bench = [sys.executable, "-m", "halo.train.gpubench", "--json", str(args.out / "bench.json")]
+    bench = [
+        sys.executable,
+        "-m",
+        "halo.train.measure.gpubench",
+        "--json",
+        str(args.out / "bench.json"),
+    ]
     rc_bench = run_logged(bench, args.out / "bench.log", max(30.0, left - 5), env)
     page = table(args.out, versions(env), rc_tests, rc_bench, time.monotonic() - start)
     (args.out / "table.md").write_text(page)

@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device-check: carry: {json.dumps(list(plan.carry))}")
     if args.dry_run:
         return 0
-    from halo.train.gpubench import no_gpu_reason
+    from halo.train.measure.gpubench import no_gpu_reason
 
     if reason := no_gpu_reason():
         print(f"device-check: no GPU here ({reason}); pass the command above to a lent GPU machine")

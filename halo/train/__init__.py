@@ -1,20 +1,24 @@
-"""The bundled trainer: `halo launch METHOD CONFIG` (SFT, offline GRPO) on a tiny, readable core.
+"""The bundled trainer: `halo launch METHOD CONFIG` on a small, readable core.
 
-Layout, one job per module:
-  config      YAML -> validated dataclasses (every problem at once, with key paths)
-  overrides   `--training.max_steps=3` style flags -> config edits
-  registry    method names -> the module that implements them
-  launcher    (method, config, nproc) -> the exact command (python / torchrun / accelerate)
-  preflight   paths, writability, base model, devices, disk
-  model       a Llama/Qwen-style decoder built from a dataclass
-  tokenizer   byte-level tokenizer with special tokens and a ChatML template
-  attention   which attention kernel to use, as a pure function
-  data        JSONL -> tokenized examples; deterministic, rank-sharded batch order
-  checkpoint  atomic, complete-or-absent checkpoints; find newest; prune
-  distributed process group, DDP/FSDP2 wrapping (the only place that talks to torch.distributed)
-  loop        the training loop shared by all methods
-  run         the process entry point the launcher starts
-  bench       tokens/s of our loop against a plain PyTorch loop
-  gpubench    tokens/s and MFU on one GPU, ~1B Llama, against a plain PyTorch loop
-  numerics    attention kernels and trainer steps compared against fp32 (the GPU tiers' checks)
+One folder per concern; a folder imports only those below it (the contracts of
+[tool.importlinter] in pyproject.toml say who may import whom):
+
+  cli.py        `halo launch | preflight | export | hf-cache | plot` (a login node: no torch)
+  run.py        one training process, top to bottom: config -> build -> train -> close
+                (`python -m halo.train.run`, what the launcher starts once or once per rank)
+  config.py     the run config: YAML -> validated models, every problem at once
+  overrides.py  `--training.max_steps=3` style flags -> config edits
+  state.py      the shapes every part shares: a Method, the Trainer, a step's stats
+  rewards.py    reward functions a config names (`rollout.reward: package.module:function`)
+
+  launch/       from a command line to processes: the command, sbatch, torchrun supervised,
+                NCCL's fabric, preflight checks, the driver; nothing of it trains
+  methods/      the training methods by name (registry), each a loss over the shared loop
+  loop/         the loop every method shares: setup, one step, saving, stopping, the optimizer
+  models/       Hugging Face models, attention kernels, MoE blocks, sizes read as data
+  parallel/     one DeviceMesh: process groups, FSDP2, TP, CP, EP, sharded checkpoints
+  data/         files and s3:// in, tokenized examples and batches out (tokenizer, formats)
+  checkpoints/  what a run leaves on disk: verified checkpoints, the job lock, HF export
+  observe/      what a run shows of itself: trackers, profiler traces, plots
+  measure/      the trainer measured: throughput benchmarks, numerics against fp32
 """

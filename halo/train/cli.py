@@ -36,7 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("extra", nargs=argparse.REMAINDER, help="-- --key=value overrides")
     q.set_defaults(func=preflight)
 
-    from halo.train import export, hfcache, plot
+    from halo.train.checkpoints import export
+    from halo.train.models import hfcache
+    from halo.train.observe import plot
 
     export.register(sub)
     hfcache.register(sub)
@@ -166,8 +168,10 @@ def _default_nproc(devices: object, gpus: int) -> int:
 def launch(args: argparse.Namespace) -> int:
     from halo.errors import HaloError
     from halo.report import table
-    from halo.train import config, launcher, registry
-    from halo.train import preflight as pf
+    from halo.train import config
+    from halo.train.launch import launcher
+    from halo.train.launch import preflight as pf
+    from halo.train.methods import registry
     from halo.train.parallel import support
     from halo.urls import HIDDEN, hide_argv, is_secret_name
 
@@ -198,7 +202,7 @@ def launch(args: argparse.Namespace) -> int:
     extra = flag_overrides(args) + user
     cfg = config.load(args.config, spec.name, extra)
     if args.slurm:
-        from halo.train import slurm
+        from halo.train.launch import slurm
 
         forwarded = parallel_overrides(args) + user
         job = slurm.job_from_config(spec.name, args.config.resolve(), cfg, args.nproc, forwarded)
@@ -252,18 +256,18 @@ def launch(args: argparse.Namespace) -> int:
         return 0
     pf.failures(checks)
     env = {**os.environ, **plan.env}
-    from halo.train import fabric
+    from halo.train.launch import fabric
 
     fabric.check(cfg.runtime.fabric, env)
     print(f"halo launch: {shlex.join(hide_argv(plan.argv))}", file=sys.stderr, flush=True)
     if plan.launcher == "python":
-        from halo.train import stopping
+        from halo.train.loop import stopping
 
         # Replace this process: a scheduler's SIGTERM then reaches the trainer itself. Until
         # the trainer's handler is in place the signals wait (the mask survives exec).
         stopping.block()
         os.execve(plan.argv[0], plan.argv, env)
-    from halo.train import supervise
+    from halo.train.launch import supervise
 
     return supervise.run(plan.argv, env, cfg.job_dir)
 
@@ -288,7 +292,7 @@ def _describe(module: str, cfg: object) -> list[str]:
     It needs the tokenizer libraries, not torch (the view modules import none): a login node
     that lacks one is told which in one line, and everything else of the dry run holds.
     """
-    from halo.train import tokenizer
+    from halo.train.data import tokenizer
 
     missing = tokenizer.missing_library()
     if missing is None:
@@ -305,7 +309,7 @@ def _describe(module: str, cfg: object) -> list[str]:
 def preflight(args: argparse.Namespace) -> int:
     from halo.report import table
     from halo.train import config
-    from halo.train import preflight as pf
+    from halo.train.launch import preflight as pf
 
     cfg = config.load(args.config, args.method, _extra(args))
     checks = pf.gather(cfg, args.nproc, pf.gpu_count())

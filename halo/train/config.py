@@ -177,7 +177,7 @@ DataFormat = Literal[
 
 
 # An S3 object (jsonl or parquet) or a prefix of shards (ending in /), read with boto3 and
-# cached under $HALO_DATA_ROOT/s3_datasets (halo.train.s3data).
+# cached under $HALO_DATA_ROOT/s3_datasets (halo.train.data.s3data).
 S3_URL = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/.+$"
 
 
@@ -531,7 +531,7 @@ def _check(cfg: Config, method: str | None, raw: dict[str, Any]) -> list[str]:
     ):
         errors.append("training.micro_batch_size: larger than training.global_batch_size")
     if cfg.model.config is not None:
-        from halo.train import model_config
+        from halo.train.models import model_config
 
         errors += model_config.errors(cfg.model.config)
     if method == "environmental-grpo" and cfg.environment is None:

@@ -1,6 +1,13 @@
 """The process the launcher starts (once, or once per rank under torchrun).
 
 python -m halo.train.run --method sft --config CONFIG [--key=value ...]
+
+From config to the first step, top to bottom: the stop flag (before torch), the method by
+name (methods.registry), the config (config.load), the mesh checked (parallel.dims), the
+process group (parallel.distributed), the job folder's lock (launch.preflight's output checks,
+checkpoints.joblock), the tokenizer (data.tokenizer), the method's data and loss (its
+``build``), then ``loop.loop.train``: setup, resume, steps, checkpoints. Closing: the group
+is shut down and the lock released, whatever happened.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from halo.errors import HaloError, os_error
-from halo.train.stopping import StopFlag
+from halo.train.loop.stopping import StopFlag
 
 
 def _fail(message: str, code: int) -> int:
@@ -49,8 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(method_name: str, config_path: Path, extra: list[str], stop: StopFlag) -> int:
-    from halo.train import config, distributed, registry
-    from halo.train.parallel import dims
+    from halo.train import config
+    from halo.train.methods import registry
+    from halo.train.parallel import dims, distributed
 
     spec = registry.default().get(method_name)
     cfg = config.load(config_path, spec.name, extra)
@@ -66,12 +74,37 @@ def run(method_name: str, config_path: Path, extra: list[str], stop: StopFlag) -
     return 0
 
 
+def _train(cfg: Any, module_name: str, ctx: Any, stop: StopFlag) -> None:
+    from halo.train.checkpoints import checkpoint
+    from halo.train.data import tokenizer as tk
+    from halo.train.loop import loop
+
+    tok = tk.for_config(cfg)
+    module = importlib.import_module(module_name)
+    with _s3_data(cfg, ctx):
+        method = module.build(cfg, tok)
+    hook = checkpoint.test_hook_sleep(os.environ.get(checkpoint.TEST_HOOK_SLEEP_ENV))
+    # A method with its own loop (online-grpo: rollouts between steps) brings its train().
+    train = getattr(module, "train", loop.train)
+    result = train(cfg, method, tok, ctx, stop, checkpoint_hook_sleep=hook)
+    if ctx.is_main:
+        first = result.losses.get(min(result.losses, default=0))
+        last = result.losses.get(result.steps)
+        rate = result.tokens / max(result.seconds, 1e-9)
+        print(
+            f"done: {result.steps} steps, loss {first} -> {last}, {rate:.0f} tokens/s, "
+            f"checkpoint {result.checkpoint}"
+            + (f" (stopped by {stop.name})" if result.stopped_by_signal else ""),
+            flush=True,
+        )
+
+
 @contextlib.contextmanager
 def _job_lock(cfg: Any, ctx: Any) -> Iterator[None]:
     """Rank 0 checks what the run writes, then holds the job folder's lock for the run; every
     rank learns whether it got it (one decision, so no rank trains on a refused folder)."""
-    from halo.train import joblock
-    from halo.train import preflight as pf
+    from halo.train.checkpoints import joblock
+    from halo.train.launch import preflight as pf
 
     lock, problem = None, None
     if ctx.is_main:
@@ -98,7 +131,7 @@ def _s3_data(cfg: Any, ctx: Any) -> Iterator[None]:
     """s3:// sources: the first process of each node brings the cache up to date (and says
     what it did); then every process reads the cached copies without asking S3 again, so all
     of them train on the same bytes."""
-    from halo.train import s3data
+    from halo.train.data import s3data
 
     sources = cfg.data.sources("train") + cfg.data.sources("eval")
     urls = [str(s.path) for s in sources if s3data.is_s3(s.path)]
@@ -122,30 +155,6 @@ def _s3_data(cfg: Any, ctx: Any) -> Iterator[None]:
             os.environ.pop(s3data.OFFLINE_ENV, None)
         else:
             os.environ[s3data.OFFLINE_ENV] = before
-
-
-def _train(cfg: Any, module_name: str, ctx: Any, stop: StopFlag) -> None:
-    from halo.train import checkpoint, loop
-    from halo.train import tokenizer as tk
-
-    tok = tk.for_config(cfg)
-    module = importlib.import_module(module_name)
-    with _s3_data(cfg, ctx):
-        method = module.build(cfg, tok)
-    hook = checkpoint.test_hook_sleep(os.environ.get(checkpoint.TEST_HOOK_SLEEP_ENV))
-    # A method with its own loop (online-grpo: rollouts between steps) brings its train().
-    train = getattr(module, "train", loop.train)
-    result = train(cfg, method, tok, ctx, stop, checkpoint_hook_sleep=hook)
-    if ctx.is_main:
-        first = result.losses.get(min(result.losses, default=0))
-        last = result.losses.get(result.steps)
-        rate = result.tokens / max(result.seconds, 1e-9)
-        print(
-            f"done: {result.steps} steps, loss {first} -> {last}, {rate:.0f} tokens/s, "
-            f"checkpoint {result.checkpoint}"
-            + (f" (stopped by {stop.name})" if result.stopped_by_signal else ""),
-            flush=True,
-        )
 
 
 if __name__ == "__main__":

@@ -17,10 +17,10 @@ import torch
 from torch import nn
 
 from halo.errors import HaloError
-from halo.train import distributed
 from halo.train.config import Config
-from halo.train.data import share
-from halo.train.tokenizer import ChatTokenizer
+from halo.train.data.batching import share
+from halo.train.data.tokenizer import ChatTokenizer
+from halo.train.parallel import distributed
 
 Batch = dict[str, torch.Tensor]
 
@@ -61,7 +61,7 @@ class Method:
     eval_items: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # A model other than a causal LM (a classifier, an encoder): (model section, config,
-    # attention backend, seed, device) -> module, as halo.train.model.build; and the
+    # attention backend, seed, device) -> module, as halo.train.models.hf.build; and the
     # transformers config it saves (config -> config).
     build_model: Callable[..., nn.Module] | None = None
     configure: Callable[[Any], Any] | None = None
@@ -71,7 +71,7 @@ class Method:
 
 @dataclass
 class Trainer:
-    """Everything one optimizer step needs; built by halo.train.setup, saved by saving."""
+    """Everything one optimizer step needs; built by halo.train.loop.setup, saved by saving."""
 
     cfg: Config
     method: Method
@@ -87,7 +87,7 @@ class Trainer:
     autocast: Any
     step: int = 0
     lineage: int = 1
-    # runtime.profile's window on this rank (halo.train.profiling), None when off.
+    # runtime.profile's window on this rank (halo.train.observe.profiling), None when off.
     profiler: Any = None
 
 

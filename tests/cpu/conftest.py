@@ -104,7 +104,7 @@ def train_here(method: str, config: Path, tmp: Path, *extra: str) -> tuple[int, 
     """The trainer's process entry, in this process: (exit code, what it printed)."""
     from halo.errors import HaloError
     from halo.train import run
-    from halo.train.stopping import StopFlag
+    from halo.train.loop.stopping import StopFlag
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -123,7 +123,7 @@ def metrics(tmp: Path, job: str) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="session")
 def tokenizer() -> Any:
-    from halo.train.tokenizer import load
+    from halo.train.data.tokenizer import load
 
     return load(str(TOKENIZER))
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from halo.train import checkpoint
+from halo.train.checkpoints import checkpoint
 
 from .conftest import EXAMPLES, metrics, outputs, train_here
 
@@ -120,9 +120,11 @@ def test_a_non_finite_loss_stops_with_exit_1_before_any_save_or_prune(
 
 
 def test_a_checkpoint_of_non_finite_weights_is_never_written(tmp_path: Path) -> None:
-    from halo.train import config, distributed, saving, setup
-    from halo.train import tokenizer as tk
+    from halo.train import config
+    from halo.train.data import tokenizer as tk
+    from halo.train.loop import saving, setup
     from halo.train.methods import sft
+    from halo.train.parallel import distributed
     from halo.train.state import DivergedError
 
     cfg = config.load(SFT, "sft", outputs(tmp_path))
@@ -224,7 +226,8 @@ def test_halo_export_writes_a_serving_folder_and_refuses_a_damaged_checkpoint(
 def test_a_pretrained_model_loads_from_a_folder_and_from_the_hub_cache(
     two_checkpoints: Path, tmp_path: Path
 ) -> None:
-    from halo.train import export, hfcache
+    from halo.train.checkpoints import export
+    from halo.train.models import hfcache
 
     from .conftest import run_halo
 

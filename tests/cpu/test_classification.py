@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import torch
 
-from halo.train import checkpoint, config, export
+from halo.train import config
+from halo.train.checkpoints import checkpoint, export
 from halo.train.methods import classification, classification_data
 
 from .conftest import EXAMPLES, metrics, train_here
@@ -68,7 +69,7 @@ def test_accuracy_and_macro_f1_by_hand() -> None:
 def test_pooling_is_transformers_own_at_the_last_non_pad_token(tokenizer: Any) -> None:
     from transformers import AutoModelForSequenceClassification
 
-    from halo.train import model as hf
+    from halo.train.models import hf
 
     cfg = config.load(CONFIG, "classification")
     known = classification_data.Labels(["a", "b", "c"], {})
@@ -113,7 +114,7 @@ def test_the_export_gives_the_trainers_labels_in_a_pipeline(
 ) -> None:
     from transformers import pipeline
 
-    from halo.train import model as hf
+    from halo.train.models import hf
 
     tmp, _ = trained
     found = checkpoint.latest(tmp / "ck" / "tiny-classification")

@@ -49,7 +49,7 @@ def test_new_enough_driver_or_none_at_all_passes(
 def test_the_gpu_tiers_skip_with_the_same_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from halo.train.driver import check
+    from halo.train.launch.driver import check
 
     monkeypatch.setenv("PATH", _fake_smi(tmp_path / "bin", "535.183.01"))
     assert check().detail == "driver 535.183.01, image needs ≥ 580 (CUDA 13.0)"

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 import torch
 
-from halo.train import checkpoint, config, export
+from halo.train import config
+from halo.train.checkpoints import checkpoint, export
 from halo.train.methods import embedding, embedding_data
 
 from .conftest import EXAMPLES, REPO, halo_env, metrics, train_here
@@ -132,7 +133,7 @@ def test_the_example_trains_and_its_export_pools_to_the_trainers_vectors(
 ) -> None:
     from transformers import AutoModel
 
-    from halo.train import model as hf
+    from halo.train.models import hf
 
     rc, out = train_here("embedding", CONFIG, tmp_path)
     assert rc == 0, out

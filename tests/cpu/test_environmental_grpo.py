@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import pytest
 
 from halo.rollout.client import Client, Sample
-from halo.train import checkpoint, export
+from halo.train.checkpoints import checkpoint, export
 from halo.train.methods import environment
 from halo.train.methods import environmental_grpo as eg
 from halo.train.methods.local_sampler import LocalSampler
@@ -68,7 +68,7 @@ def start(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
 def policy(start: Path) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM
 
-    from halo.train.tokenizer import load
+    from halo.train.data.tokenizer import load
 
     return AutoModelForCausalLM.from_pretrained(str(start)).eval(), load(str(start))
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from halo.train import checkpoint, joblock
+from halo.train.checkpoints import checkpoint, joblock
 
 from .conftest import EXAMPLES, REPO, TOKENIZER, halo_env, outputs, run_halo, train_here
 
@@ -310,7 +310,7 @@ def test_export_never_copies_through_a_link(two: Path, tmp_path: Path, case: str
 
 
 def test_export_copies_only_listed_files_as_regular_files(two: Path, tmp_path: Path) -> None:
-    from halo.train import export
+    from halo.train.checkpoints import export
 
     served = export.export(newest(two), tmp_path / "served")
     meta = json.loads((newest(two) / "meta.json").read_text())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from halo.train import gpubench
+from halo.train.measure import gpubench
 
 pytestmark = pytest.mark.cpu
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import torch
 
-from halo.train import formats
 from halo.train.config import Config, Dpo, Grpo
+from halo.train.data import formats
 from halo.train.methods import dpo, dpo_data, grpo, grpo_data, sft, sft_data
 
 pytestmark = pytest.mark.cpu
@@ -96,13 +96,13 @@ def test_sft_loss_is_the_mean_nll_of_the_assistant_tokens(tokenizer: Any) -> Non
 
 
 def sft_pad(seqs: list[Any], tok: Any) -> dict[str, torch.Tensor]:
-    from halo.train.data import pad
+    from halo.train.data.batching import pad
 
     return pad(seqs, tok.pad_id)
 
 
 def sft_pack(seqs: list[Any]) -> dict[str, torch.Tensor]:
-    from halo.train.data import pack
+    from halo.train.data.batching import pack
 
     return pack(seqs)
 

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from halo.train import config, data
+from halo.train import config
 from halo.train.config import Source
+from halo.train.data import batching
 
 from .conftest import EXAMPLES, outputs
 
@@ -124,7 +125,7 @@ def counts(mixed: list[tuple[str, int]]) -> tuple[int, int]:
 
 @pytest.mark.parametrize("seed", range(5))
 def test_interleave_under_stops_when_the_first_source_is_exhausted(seed: int) -> None:
-    mixed = data.interleave([A, B], [0.5, 0.5], seed)
+    mixed = batching.interleave([A, B], [0.5, 0.5], seed)
     a, b = counts(mixed)
     # It ends on the last example of the source that ran out, and nothing repeats.
     assert mixed[-1] in (A[-1], B[-1])
@@ -134,7 +135,7 @@ def test_interleave_under_stops_when_the_first_source_is_exhausted(seed: int) ->
 
 @pytest.mark.parametrize("seed", range(5))
 def test_interleave_over_stops_when_every_source_was_seen_whole(seed: int) -> None:
-    mixed = data.interleave([A, B], [0.5, 0.5], seed, oversample=True)
+    mixed = batching.interleave([A, B], [0.5, 0.5], seed, oversample=True)
     a, b = counts(mixed)
     assert set(A) | set(B) == set(mixed)  # nothing left out
     assert a >= len(A) and b >= len(B) and b > len(B)  # the small source oversampled
@@ -143,7 +144,7 @@ def test_interleave_over_stops_when_every_source_was_seen_whole(seed: int) -> No
     source = A if last[0] == "a" else B
     assert last == source[-1] and set(mixed[:-1]) != set(A) | set(B)
     # The draws (and so the order) are the same as undersampling's up to its stop.
-    under = data.interleave([A, B], [0.5, 0.5], seed)
+    under = batching.interleave([A, B], [0.5, 0.5], seed)
     assert mixed[: len(under)] == under
 
 
@@ -157,7 +158,7 @@ def test_both_mixes_load_from_the_config(tmp_path: Path) -> None:
         d = config.Data(
             train=[Source(path=big, probability=0.5), Source(path=small, probability=0.5)], mix=mix
         )
-        train, _ = data.load(d, 0, lambda r, f, s, w: r["prompt"])
+        train, _ = batching.load(d, 0, lambda r, f, s, w: r["prompt"])
         sizes[mix] = len(train)
         prompts = set(train)
         if mix == "interleave_over":

@@ -109,9 +109,11 @@ def test_grouped_matmul_matches_the_loop_reference(dtype: torch.dtype) -> None:
 
 
 def _trainer(*extra: str) -> Any:
-    from halo.train import config, distributed, setup
-    from halo.train import tokenizer as tk
+    from halo.train import config
+    from halo.train.data import tokenizer as tk
+    from halo.train.loop import setup
     from halo.train.methods import sft
+    from halo.train.parallel import distributed
 
     cfg = config.load(MOE, "sft", ["--training.max_steps=1", *extra])
     tok = tk.for_config(cfg)
@@ -124,8 +126,8 @@ def test_the_trainers_step_takes_the_load_balancing_loss_with_its_coefficient() 
     """halo's loop backward == transformers' gradient of CE + router_aux_loss_coef x aux."""
     from transformers import AutoModelForCausalLM
 
-    from halo.train import loop
-    from halo.train.data import Schedule
+    from halo.train.data.batching import Schedule
+    from halo.train.loop import loop
 
     tr = _trainer()
     coef = tr.conf.router_aux_loss_coef
@@ -157,7 +159,7 @@ def test_the_trainers_step_takes_the_load_balancing_loss_with_its_coefficient() 
 
 
 def test_the_routing_log_says_how_loaded_each_expert_is() -> None:
-    from halo.train import loop
+    from halo.train.loop import loop
 
     tr = _trainer("--logging.every_steps=1")
     items = tr.method.items[:8]
@@ -170,9 +172,9 @@ def test_the_routing_log_says_how_loaded_each_expert_is() -> None:
 
 
 def test_the_gpu_benchs_moe_row_measures_the_trainers_step() -> None:
-    """halo/train/gpubench.py's MoE row (what the device check runs on a GPU), on a tiny
+    """halo/train/measure/gpubench.py's MoE row (what the device check runs on a GPU), on a tiny
     Qwen3-MoE on the CPU: tokens/s per GPU from the trainer's step, and no made-up MFU."""
-    from halo.train import gpubench
+    from halo.train.measure import gpubench
 
     tiny = {**gpubench.QWEN3_30B_A3B, "vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 2,
             "num_attention_heads": 4, "num_key_value_heads": 2, "moe_intermediate_size": 32,
@@ -215,8 +217,8 @@ def test_each_family_trains_and_exports_what_transformers_loads(family: str, tmp
 
     from transformers import AutoModelForCausalLM
 
-    from halo.train import checkpoint
-    from halo.train.export import export
+    from halo.train.checkpoints import checkpoint
+    from halo.train.checkpoints.export import export
 
     from .conftest import train_here
 

@@ -3,7 +3,7 @@ script `halo launch --slurm` writes, and the bad input both refuse with one line
 
 The real Slurm cluster (slurmctld, two slurmd in network namespaces) is the Slurm harness's
 test; here the script is checked as text and by bash's parser, and submission through a
-recording `Scheduler` (the interface `halo.train.slurm.Sbatch` implements).
+recording `Scheduler` (the interface `halo.train.launch.slurm.Sbatch` implements).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from halo.errors import HaloError
-from halo.train import config, launcher, slurm, supervise
+from halo.train import config
+from halo.train.launch import launcher, slurm, supervise
 
 from .conftest import (
     EXAMPLES,

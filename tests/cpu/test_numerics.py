@@ -1,4 +1,4 @@
-"""The GPU tiers' comparison logic (halo.train.numerics), proven on the CPU.
+"""The GPU tiers' comparison logic (halo.train.measure.numerics), proven on the CPU.
 
 SDPA in the dtypes the GPUs train in, against a hand-written attention (explicit
 softmax(QK^T/sqrt(d) + mask)V, KV heads repeated for GQA, a block-diagonal mask from
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from halo.train import numerics as nm
+from halo.train.measure import numerics as nm
 
 from .conftest import EXAMPLES
 

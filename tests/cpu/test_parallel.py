@@ -24,8 +24,8 @@ import pytest
 import torch
 
 from halo.atomic import exclusive
-from halo.train import checkpoint
-from halo.train.export import export
+from halo.train.checkpoints import checkpoint
+from halo.train.checkpoints.export import export
 from halo.train.parallel.hooks import TEST_HOOK_GRADS_ENV
 
 from .conftest import EXAMPLES, metrics, outputs, run_halo, train_here

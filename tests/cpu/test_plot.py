@@ -31,7 +31,7 @@ def test_one_run_and_two_runs_compared_become_pngs(tmp_path: Path, capsys) -> No
     from matplotlib.image import imread
 
     from halo.cli import main
-    from halo.train import plot
+    from halo.train.observe import plot
 
     a = _run(tmp_path / "a" / "tiny-sft", _sft_rows(3.0))
     b = _run(tmp_path / "b" / "tiny-sft", _sft_rows(2.0))
@@ -48,7 +48,7 @@ def test_one_run_and_two_runs_compared_become_pngs(tmp_path: Path, capsys) -> No
 
 
 def test_reward_and_accuracy_get_their_panels_when_recorded() -> None:
-    from halo.train import plot
+    from halo.train.observe import plot
 
     sft = {"loss": {1: 1.0}, "lr": {1: 1e-3}}
     grpo = {**sft, "reward": {1: 0.5}, "eval_reward": {0: 0.2}}

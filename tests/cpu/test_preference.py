@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 import torch
 
-from halo.train import config, formats
+from halo.train import config
 from halo.train.config import Simpo, Smpo
+from halo.train.data import formats
 from halo.train.methods import dpo, dpo_data, preference, simpo, smpo
 
 from .conftest import EXAMPLES, metrics, train_here
@@ -179,7 +180,7 @@ def test_the_family_shares_one_forward_in_fp32_and_only_dpo_reads_a_reference(
         ("preference/simpo", "simpo"),
         ("preference/smpo", "smpo"),
     ):
-        from halo.train import registry
+        from halo.train.methods import registry
 
         module = __import__(registry.default().get(method).module, fromlist=["build"])
         cfg = config.load(EXAMPLES / example / "config.yaml", method)

@@ -38,7 +38,8 @@ def test_the_profiled_steps_write_a_trace_holding_the_models_matmuls(
 
 
 def test_profiling_is_off_unless_asked_and_only_on_its_ranks(sft_config: Path) -> None:
-    from halo.train import config, profiling
+    from halo.train import config
+    from halo.train.observe import profiling
 
     cfg = config.load(sft_config, "sft")
     assert cfg.runtime.profile is None and profiling.window(cfg, 0, 10) is None

@@ -235,7 +235,7 @@ def test_launch_trains_from_s3_then_from_the_cache_with_the_server_stopped(
 def test_an_object_changed_upstream_is_fetched_again(
     s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from halo.train import s3data
+    from halo.train.data import s3data
 
     _use(monkeypatch, s3.env())
     said: list[str] = []
@@ -269,7 +269,7 @@ def test_a_prefix_of_shards_is_one_source_in_key_order_and_works_offline(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from halo.train import examples, s3data
+    from halo.train.data import examples, s3data
 
     _use(monkeypatch, s3.env())
     parquet = tmp_path / "b.parquet"
@@ -291,7 +291,7 @@ def test_a_partial_download_never_becomes_a_cache_entry(
     s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from halo.errors import HaloError
-    from halo.train import s3data
+    from halo.train.data import s3data
 
     body = b"".join(b'{"prompt": "%d", "completion": "%d"}\n' % (i, i) for i in range(4000))
     s3.put("big/train.jsonl", body)
@@ -310,7 +310,7 @@ def test_a_download_killed_midway_leaves_no_cache_entry(
     import sys
     import time
 
-    from halo.train import s3data
+    from halo.train.data import s3data
 
     # Larger than the reader's 256 KiB chunk: the first chunk lands, then the network stalls.
     body = b"".join(b'{"prompt": "%d", "completion": "%d"}\n' % (i, i) for i in range(20000))
@@ -318,7 +318,7 @@ def test_a_download_killed_midway_leaves_no_cache_entry(
     url = f"s3://{BUCKET}/killed/train.jsonl"
     root = tmp_path / "data"
     code = (
-        "from pathlib import Path; from halo.train import s3data; "
+        "from pathlib import Path; from halo.train.data import s3data; "
         f"s3data.Cache(Path({str(root)!r})).files({url!r})"
     )
     with _cutting_proxy(s3.url, budget=len(body) // 2, stall=True) as proxy:
@@ -449,7 +449,7 @@ def test_without_credentials_and_without_a_cache_the_run_says_what_is_missing(
 
 
 def test_the_data_root_defaults_to_the_seeds_cache_folder(monkeypatch: pytest.MonkeyPatch) -> None:
-    from halo.train.dataroot import data_root
+    from halo.train.data.dataroot import data_root
 
     monkeypatch.delenv("HALO_DATA_ROOT", raising=False)
     monkeypatch.setenv("HOME", "/home/someone")

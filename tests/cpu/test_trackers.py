@@ -143,7 +143,7 @@ def test_a_wandb_that_fails_at_start_is_one_warning_line_and_training_goes_on(
 
 
 def test_a_tracker_that_fails_mid_run_is_dropped_with_one_line() -> None:
-    from halo.train.trackers import Trackers
+    from halo.train.observe.trackers import Trackers
 
     class Full:
         """A tracker whose disk fills up at its second row."""
@@ -179,7 +179,7 @@ def test_a_tracker_that_fails_mid_run_is_dropped_with_one_line() -> None:
 def test_wandb_is_offline_unless_a_key_is_set_and_the_mode_allows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from halo.train.trackers import start, wandb_mode
+    from halo.train.observe.trackers import start, wandb_mode
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
     said: list[str] = []

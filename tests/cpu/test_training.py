@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from halo.train import checkpoint
+from halo.train.checkpoints import checkpoint
 
 from .conftest import (
     EXAMPLES,
@@ -208,10 +208,10 @@ def test_sigkill_mid_checkpoint_write_resumes_from_the_previous_one(
 
 def _answer_probs(model: torch.nn.Module, tok: object, rows: list[dict]) -> list[float]:
     """Per group: the rewarded completion's share of the probability of all completions."""
-    from halo.train import formats
-    from halo.train.data import pad
+    from halo.train.data import formats
+    from halo.train.data.batching import pad
     from halo.train.methods.grpo_data import encode_group
-    from halo.train.model import batch_logprobs
+    from halo.train.models.hf import batch_logprobs
 
     out = []
     for n, row in enumerate(rows):
@@ -229,8 +229,8 @@ def test_offline_grpo_raises_the_rewarded_answers_probability(tmp_path: Path) ->
     from transformers import AutoModelForCausalLM
 
     from halo.train import config
-    from halo.train import model as hf
-    from halo.train import tokenizer as tk
+    from halo.train.data import tokenizer as tk
+    from halo.train.models import hf
 
     cfg_path = EXAMPLES / "grpo" / "config.yaml"
     rc, out = train_here("offline-grpo", cfg_path, tmp_path)
@@ -273,9 +273,10 @@ def test_families_train_and_export_to_identical_logits(
 ) -> None:
     from transformers import AutoModelForCausalLM
 
-    from halo.train import config, export
-    from halo.train import model as hf
-    from halo.train import tokenizer as tk
+    from halo.train import config
+    from halo.train.checkpoints import export
+    from halo.train.data import tokenizer as tk
+    from halo.train.models import hf
 
     cfg_path = EXAMPLES / example / "config.yaml"
     extra = [model_override(family), "--training.max_steps=2", "--checkpoint.every_steps=0"]

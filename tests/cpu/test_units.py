@@ -12,18 +12,13 @@ import pytest
 import torch
 
 from halo.errors import HaloError
-from halo.train import (
-    attention,
-    config,
-    data,
-    examples,
-    export,
-    formats,
-    hfcache,
-    launcher,
-    registry,
-)
-from halo.train.data import Schedule
+from halo.train import config
+from halo.train.checkpoints import export
+from halo.train.data import batching, examples, formats
+from halo.train.data.batching import Schedule
+from halo.train.launch import launcher
+from halo.train.methods import registry
+from halo.train.models import attention, hfcache
 
 from .conftest import EXAMPLES, TINY, TOKENIZER
 
@@ -54,7 +49,7 @@ def test_attention_selection(
 def test_attention_backends_map_to_transformers_implementations() -> None:
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    from halo.train.model import ATTN_IMPLEMENTATION
+    from halo.train.models.hf import ATTN_IMPLEMENTATION
 
     assert set(ATTN_IMPLEMENTATION) == set(attention.BACKENDS)
     for impl in ATTN_IMPLEMENTATION.values():
@@ -84,7 +79,7 @@ def test_chat_mask_covers_exactly_the_assistant_turns(tokenizer: Any) -> None:
         "<|im_start|>assistant\n[[4<|im_end|>]]\n"
     )
     # A template without generation blocks: the same mask, found by rendering prefixes.
-    from halo.train.tokenizer import ChatTokenizer
+    from halo.train.data.tokenizer import ChatTokenizer
 
     plain = tokenizer.hf.chat_template.replace("{%- generation -%}", "").replace(
         "{%- endgeneration -%}", ""
@@ -168,7 +163,7 @@ def test_prompt_completion_and_preference_rows() -> None:
 def test_packed_rows_give_each_example_its_own_attention(tokenizer: Any) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from halo.train.model import logits
+    from halo.train.models.hf import logits
 
     fields = {k: v for k, v in TINY["llama"].items() if k != "model_type"}
     conf = AutoConfig.for_model("llama", vocab_size=tokenizer.vocab_size, **fields)
@@ -179,8 +174,8 @@ def test_packed_rows_give_each_example_its_own_attention(tokenizer: Any) -> None
         examples.Sequence([9, 10], [10, 11], [1, 1]),
     ]
     with torch.no_grad():
-        packed = logits(model, data.pack(seqs))[0]
-        padded = logits(model, data.pad(seqs, tokenizer.pad_id))
+        packed = logits(model, batching.pack(seqs))[0]
+        padded = logits(model, batching.pad(seqs, tokenizer.pad_id))
     torch.testing.assert_close(packed[:3], padded[0, :3], atol=1e-5, rtol=0)
     torch.testing.assert_close(packed[3:], padded[1, :2], atol=1e-5, rtol=0)
 
@@ -200,11 +195,11 @@ def test_schedule_is_deterministic_and_shards_cover_the_global_batch() -> None:
 
 def test_interleave_follows_the_probabilities_until_a_source_runs_out() -> None:
     a, b = [("a", i) for i in range(900)], [("b", i) for i in range(100)]
-    mixed = data.interleave([a, b], [0.9, 0.1], seed=0)
+    mixed = batching.interleave([a, b], [0.9, 0.1], seed=0)
     share_b = sum(1 for s, _ in mixed if s == "b") / len(mixed)
     assert 0.07 < share_b < 0.13
     assert [i for s, i in mixed if s == "a"] == list(range(sum(1 for s, _ in mixed if s == "a")))
-    assert mixed == data.interleave([a, b], [0.9, 0.1], seed=0)
+    assert mixed == batching.interleave([a, b], [0.9, 0.1], seed=0)
 
 
 def test_parquet_and_jsonl_read_the_same_rows(tmp_path: Path) -> None:
@@ -286,7 +281,7 @@ def test_sharded_export_loads_in_transformers(tmp_path: Path, tokenizer: Any) ->
 
 
 def test_qwen2_keeps_its_qkv_bias(tokenizer: Any) -> None:
-    from halo.train import model as hf
+    from halo.train.models import hf
 
     m = config.Model(config={**TINY["llama"], "model_type": "qwen2"}, tokenizer=str(TOKENIZER))
     built = hf.build(m, hf.hf_config(m, tokenizer), "sdpa", 0)
@@ -348,9 +343,10 @@ def test_grpo_policy_update_is_reusable_on_rollouts_and_exports_for_serving(tmp_
     """What online GRPO calls: a Trainer, one update on (prompt, completions, rewards), an export."""
     from transformers import AutoModelForCausalLM
 
-    from halo.train import distributed, saving, setup
-    from halo.train import tokenizer as tk
+    from halo.train.data import tokenizer as tk
+    from halo.train.loop import saving, setup
     from halo.train.methods import grpo
+    from halo.train.parallel import distributed
 
     cfg = config.load(EXAMPLES / "grpo" / "config.yaml", "offline-grpo", [
         f"--runtime.paths.checkpoints={tmp_path / 'ck'}", "--model.activation_checkpointing=true",

@@ -3,7 +3,7 @@
 Every test compares against a reference: attention kernels (forward and backward) against
 fp32 SDPA, the bf16 step against the fp32 step, a resumed run against an uninterrupted one,
 GRPO/DPO steps on the GPU against the same step on the CPU, versions against the lock.
-The comparison logic is halo.train.numerics, itself tested on the CPU (tests/cpu/test_numerics.py).
+The comparison logic is halo.train.measure.numerics, itself tested on the CPU (tests/cpu/test_numerics.py).
 
 Run inside the image (`nox -s test-gpu-core`), natively (`halo test gpu-core --native`) or on
 a lent GPU machine (`nox -s device-check`, docs/gpu.md). Without a GPU every test here is
@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from cpu.conftest import EXAMPLES, REPO, metrics, outputs, run_halo, train_here
 
-from halo.train import attention
+from halo.train.models import attention
 
 try:
-    from halo.train import numerics as nm
+    from halo.train.measure import numerics as nm
 
     CASES: tuple[Any, ...] = nm.CASES
 except ImportError:  # no torch: tests/conftest.py skips every test here with that reason
@@ -153,7 +153,7 @@ def _run(tmp: Path, precision: str, *extra: str) -> tuple[list[float], dict[str,
         "--checkpoint.every_steps=4", "--checkpoint.keep_last=0", *extra,
     )  # fmt: skip
     assert rc == 0, out[-3000:]
-    from halo.train import checkpoint
+    from halo.train.checkpoints import checkpoint
 
     found = checkpoint.latest(tmp / "ck" / "tiny-sft")
     assert found is not None and found.path.name.endswith("_step_8"), found
@@ -223,7 +223,7 @@ def test_deepep_intranode_round_trip() -> None:
 
 def test_attention_backend_fits_the_architecture_and_agrees_with_sdpa() -> None:
     torch = _torch()
-    from halo.train import attention
+    from halo.train.models import attention
 
     cap = torch.cuda.get_device_capability()
     choice = attention.select("auto", cap, attention.module_importable, half_precision=True)
@@ -251,8 +251,9 @@ def test_transformers_attention_matches_sdpa_including_packed_rows() -> None:
     torch = _torch()
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from halo.train import attention, data, examples
-    from halo.train.model import ATTN_IMPLEMENTATION, logits
+    from halo.train.data import batching, examples
+    from halo.train.models import attention
+    from halo.train.models.hf import ATTN_IMPLEMENTATION, logits
 
     choice = attention.select(
         "auto", torch.cuda.get_device_capability(), attention.module_importable, True
@@ -272,8 +273,8 @@ def test_transformers_attention_matches_sdpa_including_packed_rows() -> None:
     ref, fast = ref.cuda().eval(), fast.cuda().eval()
     seqs = [examples.Sequence(list(range(5, 45)), list(range(6, 46)), [1.0] * 40),
             examples.Sequence(list(range(50, 70)), list(range(51, 71)), [1.0] * 20)]  # fmt: skip
-    packed = {k: v.cuda() for k, v in data.pack(seqs).items()}
-    padded = {k: v.cuda() for k, v in data.pad(seqs, 0).items()}
+    packed = {k: v.cuda() for k, v in batching.pack(seqs).items()}
+    padded = {k: v.cuda() for k, v in batching.pad(seqs, 0).items()}
     with torch.no_grad():
         a, b = logits(fast, packed)[0].float(), logits(ref, padded).float()
     torch.testing.assert_close(a[:40], b[0, :40], atol=5e-2, rtol=5e-2)

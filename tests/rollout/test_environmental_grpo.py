@@ -44,7 +44,7 @@ def trainer(*argv: str, timeout: float = 900) -> subprocess.CompletedProcess[str
 @pytest.fixture(scope="module")
 def start() -> Path:
     """The example's starting point, as its config says: `halo launch sft`, `halo export`."""
-    from halo.train import checkpoint
+    from halo.train.checkpoints import checkpoint
 
     root, _ = scratch_dirs("env-start")
     r = trainer(

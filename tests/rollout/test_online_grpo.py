@@ -240,7 +240,7 @@ def test_a_server_killed_mid_run_is_retried_once_then_the_run_stops_with_its_che
     import torch
     from safetensors.torch import load_file
 
-    from halo.train import checkpoint, export
+    from halo.train.checkpoints import checkpoint, export
 
     killed_after: list[int] = []
 

@@ -144,7 +144,7 @@ class TestVLLM:
     def test_chat_template_is_the_one_the_trainer_renders(
         self, vllm_server: Server, served_folder: Path
     ) -> None:
-        from halo.train.tokenizer import load
+        from halo.train.data.tokenizer import load
 
         tok = load(str(served_folder))  # the trainer's view of what it exported
         trained = tok.encode(tok.text(MESSAGES, gen=True))

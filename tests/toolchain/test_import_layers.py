@@ -93,8 +93,40 @@ def test_a_lazy_import_that_closes_a_cycle_is_found(tmp_path: Path) -> None:
 
 def test_the_trainer_importing_the_toolchain_breaks_lint(tmp_path: Path) -> None:
     root = _copy(tmp_path)
-    _append(root / "halo" / "train" / "loop.py", "def _docker():\n    import halo.images.docker")
+    _append(
+        root / "halo" / "train" / "loop" / "loop.py",
+        "def _docker():\n    import halo.images.docker",
+    )
     proc = _run([LINT_IMPORTS, "--no-cache"], root)
     assert proc.returncode == 1, proc.stdout[-2000:]
     assert "the trainer does not depend on the image toolchain BROKEN" in proc.stdout
-    assert "halo.train.loop -> halo.images.docker" in proc.stdout
+    assert "halo.train.loop.loop -> halo.images.docker" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "imported", "contract"),
+    [
+        (
+            "methods/sft.py",
+            "halo.train.launch.slurm",
+            "the trainer's parts never import launching (only halo.train.cli and .run do)",
+        ),
+        ("loop/loop.py", "halo.train.methods.sft", "the loop and what it stands on know no method"),
+        (
+            "models/moe.py",
+            "halo.train.loop.setup",
+            "models, parallelism, data and checkpoints never import the loop",
+        ),
+        ("launch/slurm.py", "torch", "launching needs no torch"),
+    ],
+)
+def test_the_trainers_folders_keep_their_order(
+    tmp_path: Path, module: str, imported: str, contract: str
+) -> None:
+    root = _copy(tmp_path)
+    _append(root / "halo" / "train" / module, f"def _up():\n    import {imported}")
+    proc = _run([LINT_IMPORTS, "--no-cache"], root)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert f"{contract} BROKEN" in proc.stdout
+    source = "halo.train." + module.removesuffix(".py").replace("/", ".")
+    assert f"{source} -> {imported}" in proc.stdout

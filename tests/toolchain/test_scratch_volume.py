@@ -230,7 +230,7 @@ def _tiny_sft(tmp_path: Path) -> object:
 def test_preflight_warns_when_scratch_is_smaller_than_the_checkpoints(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from halo.train import preflight as pf
+    from halo.train.launch import preflight as pf
 
     cfg = _tiny_sft(tmp_path)
     params = pf.n_params(cfg)  # type: ignore[arg-type]

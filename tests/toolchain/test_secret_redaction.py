@@ -114,7 +114,8 @@ def test_the_slurm_script_reads_secrets_from_the_jobs_environment(
 
 
 def test_the_slurm_submission_passes_secrets_in_its_environment(tmp_path: Path) -> None:
-    from halo.train import config, slurm
+    from halo.train import config
+    from halo.train.launch import slurm
 
     token, key = secrets.token_hex(8), secrets.token_hex(8)
     overrides = [*_overrides(token, key), f"--runtime.paths.logs={tmp_path}"]

@@ -92,7 +92,7 @@ def write_hf_files(folder: Path, config: Any, tokenizer: Any) -> None:
 
 def model_files(checkpoint: Path) -> list[str]:
     """The serving part of a checkpoint: the files its record lists, but the trainer's state."""
-    from halo.train import checkpoint as ck
+    from halo.train.checkpoints import checkpoint as ck
 
     return [r for r in ck.listed(checkpoint) if r.split("/")[0] not in TRAINER_STATE]
 
@@ -123,7 +123,7 @@ def _copy_regular(src: Path, dest: Path, digest: str) -> None:
 
 def export(checkpoint: Path, out: Path) -> Path:
     """Copy a verified checkpoint's listed model files to ``out`` (complete or absent)."""
-    from halo.train import checkpoint as ck
+    from halo.train.checkpoints import checkpoint as ck
 
     if not (checkpoint / "meta.json").is_file():
         raise HaloError(f"{checkpoint}: not a checkpoint (no meta.json)")

@@ -1,6 +1,6 @@
 """The training set and its batches; the batch order as a pure function of (seed, epoch, step).
 
-Examples come from halo.train.examples (no torch there); here several sources are
+Examples come from halo.train.data.examples (no torch there); here several sources are
 concatenated or interleaved by probability, an eval set is a file of its own or a held-out
 fraction, and sequences become tensors, padded or packed. Every process computes the same
 global batch and takes its contiguous share, so one process and N processes see exactly the
@@ -17,7 +17,7 @@ import torch
 
 from halo.errors import HaloError
 from halo.train.config import Data
-from halo.train.examples import Parse, Sequence, source_examples
+from halo.train.data.examples import Parse, Sequence, source_examples
 
 T = TypeVar("T")
 

@@ -2,7 +2,7 @@
 
 Files are JSONL or Parquet; a method's ``parse`` turns each row into one example. A rendered,
 tokenized example becomes a ``Sequence`` of plain lists (inputs, next-token targets, a loss
-weight per target); halo.train.data mixes them into a training set and makes the tensors.
+weight per target); halo.train.data.batching mixes them into a training set and makes the tensors.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 from halo import schema
 from halo.errors import HaloError
-from halo.train import formats, s3data
 from halo.train.config import Data, Source
+from halo.train.data import formats, s3data
 
 T = TypeVar("T")
 # (row, format, source, "file:line") -> one example
@@ -32,7 +32,7 @@ class Row:
 def read_rows(path: Path | str) -> list[Row]:
     """Rows of a JSONL or Parquet file; a bad line or non-UTF-8 byte is one error line.
 
-    An s3:// source (halo.train.s3data) is read from its verified cached copy, its shards in
+    An s3:// source (halo.train.data.s3data) is read from its verified cached copy, its shards in
     key order; errors name the object's URL, not the cache."""
     if s3data.is_s3(path):
         return [

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from halo.errors import HaloError
-from halo.train.dataroot import data_root
+from halo.train.data.dataroot import data_root
 
 OFFLINE_ENV = "HALO_S3_OFFLINE"
 META = "halo-s3.json"
@@ -363,7 +363,7 @@ def _write_entry(entry: Path, fill: Callable[[Path], None]) -> None:
 
 def local_files(url: str) -> list[tuple[str, Path]]:
     """(each object's URL, its verified local copy) of an s3:// source, in key order: what
-    halo.train.examples reads (its errors then name the object, not the cache)."""
+    halo.train.data.examples reads (its errors then name the object, not the cache)."""
     bucket, _ = parse(url)
     out = []
     for path in Cache().files(url):

@@ -42,7 +42,7 @@ def env(fabric: str, socket_ifname: str | None, collective_timeout_s: int) -> di
         out["NCCL_SOCKET_IFNAME"] = socket_ifname
         out["GLOO_SOCKET_IFNAME"] = socket_ifname
     # A peer that died makes NCCL's watchdog abort the collective after the timeout
-    # (torch's init_process_group timeout, passed by halo.train.distributed) instead of
+    # (torch's init_process_group timeout, passed by halo.train.parallel.distributed) instead of
     # waiting forever.
     out["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
     out["HALO_COLLECTIVE_TIMEOUT_S"] = str(collective_timeout_s)

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from halo.errors import HaloError
-from halo.train import fabric
 from halo.train.config import Config
-from halo.train.registry import MethodSpec
+from halo.train.launch import fabric
+from halo.train.methods.registry import MethodSpec
 
 ENTRY = "halo.train.run"
 

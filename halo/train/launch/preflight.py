@@ -253,7 +253,7 @@ def n_params(cfg: Config) -> int:
 
 def driver() -> Check:
     """The NVIDIA driver against the images' CUDA 13.0 (fine where there is no GPU at all)."""
-    from halo.train.driver import check
+    from halo.train.launch.driver import check
 
     found = check()
     return Check("driver", found.ok, found.detail)
@@ -261,7 +261,7 @@ def driver() -> Check:
 
 def gather(cfg: Config, nproc: int, gpu_count: int) -> list[Check]:
     inputs = [s.path for s in cfg.data.sources("train") + cfg.data.sources("eval")]
-    # s3:// sources are checked where they are read (halo.train.s3data: credentials, cache).
+    # s3:// sources are checked where they are read (halo.train.data.s3data: credentials, cache).
     missing = [str(p) for p in inputs if isinstance(p, Path) and not p.is_file()]
     return [
         Check(

@@ -12,7 +12,7 @@ rendezvous on the first node of the allocation assigns the node ranks.
 Signals: `#SBATCH --signal=TERM@GRACE` (no `B:`) makes Slurm send SIGTERM, GRACE seconds
 before the time limit, to every process of every job step (slurmstepd signals the step's
 whole process tree): `halo launch`, torchrun and the trainer ranks. torchrun runs with
-SIGTERM blocked (halo.train.supervise), so it does not start its 30-second kill of the
+SIGTERM blocked (halo.train.launch.supervise), so it does not start its 30-second kill of the
 workers; the ranks finish their batch, write one emergency checkpoint and exit 0, and the
 step with them. `B:` would signal only the batch shell, which does not forward it to srun's
 tasks.
@@ -171,7 +171,7 @@ def render(job: SlurmJob) -> str:
             lines.append(f"#SBATCH --{key}={value}")
     lines += [
         # SIGTERM to every process of the step, grace_s before the limit: the ranks write
-        # their emergency checkpoint (see halo/train/slurm.py for why not B:).
+        # their emergency checkpoint (see halo/train/launch/slurm.py for why not B:).
         f"#SBATCH --signal=TERM@{job.grace_s}",
         "#SBATCH --requeue" if job.requeue else "#SBATCH --no-requeue",
         f"#SBATCH --output={job.log_dir}/slurm-%j.out",
@@ -300,7 +300,7 @@ def job_from_config(
     """The job a config (with the launch flags applied as overrides) describes."""
     import sys
 
-    from halo.train import launcher
+    from halo.train.launch import launcher
 
     rt, sl = cfg.runtime, cfg.runtime.slurm
     per_node = nproc if nproc is not None else rt.nproc_per_node or max(sl.gpus_per_node, 1)

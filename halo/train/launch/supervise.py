@@ -4,7 +4,7 @@ SIGTERM and SIGINT go to the workers themselves, never through torchrun: torchru
 SIGTERM, gives its workers 30 s and then kills them, mid-checkpoint for a large model. So the
 launcher starts with both signals blocked (the mask is inherited through fork and exec, by
 torchrun and by its workers); each worker unblocks them once its handler is in place
-(halo.train.stopping), and torchrun never sees them: not ours, not a scheduler's that signals
+(halo.train.loop.stopping), and torchrun never sees them: not ours, not a scheduler's that signals
 the whole process tree (Slurm's `--signal`). The first SIGTERM/SIGINT to `halo launch` is sent
 on to the launcher's children, the workers; they finish the batch, write one emergency
 checkpoint and exit 0, and so does torchrun. Later signals are not relayed: the workers are
@@ -30,7 +30,7 @@ from typing import IO, Any
 
 
 def emergency_saved(job_dir: Path, since: float) -> bool:
-    from halo.train import checkpoint
+    from halo.train.checkpoints import checkpoint
 
     found = checkpoint.latest(job_dir)
     if found is None or found.path.stat().st_mtime < since:

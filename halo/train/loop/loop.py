@@ -1,6 +1,6 @@
-"""The training loop every method shares, in four pieces: setup (`start`, on halo.train.setup),
+"""The training loop every method shares, in four pieces: setup (`start`, on halo.train.loop.setup),
 one optimizer step (`step`), logging (`record`, `Metrics`) and checkpoints (`Checkpoints`, on
-halo.train.saving); `train` strings them together.
+halo.train.loop.saving); `train` strings them together.
 
 Data order, learning rate and model init are functions of (seed, step), so a resumed run
 continues the uninterrupted run's curve. A non-finite loss or gradient stops the run with
@@ -19,11 +19,15 @@ from typing import Any
 import torch
 
 from halo.errors import HaloError, os_error
-from halo.train import distributed, saving, setup
 from halo.train.config import Config
-from halo.train.data import Schedule
-from halo.train.parallel import hooks
-from halo.train.setup import log
+from halo.train.data.batching import Schedule
+from halo.train.data.tokenizer import ChatTokenizer
+from halo.train.loop import saving, setup
+from halo.train.loop.setup import log
+from halo.train.loop.stopping import StopFlag
+from halo.train.observe.trackers import Trackers
+from halo.train.observe.trackers import start as start_trackers
+from halo.train.parallel import distributed, hooks
 from halo.train.state import (
     Batch,
     DivergedError,
@@ -33,10 +37,6 @@ from halo.train.state import (
     Trainer,
     TrainingError,
 )
-from halo.train.stopping import StopFlag
-from halo.train.tokenizer import ChatTokenizer
-from halo.train.trackers import Trackers
-from halo.train.trackers import start as start_trackers
 
 
 def micro_batches(items: list[Any], size: int | None) -> list[list[Any]]:
@@ -65,7 +65,7 @@ def backward(
     tr: Trainer, batches: list[Batch], prepared: list[Any], count: float
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Forward/backward over the micro-batches, gradients accumulated, no update: the summed
-    loss and extra metric sums (halo.train.numerics compares exactly this across set-ups)."""
+    loss and extra metric sums (halo.train.measure.numerics compares exactly this across set-ups)."""
     ctx = tr.ctx
     tr.optim.zero_grad(set_to_none=True)
     loss_sum = torch.zeros((), device=ctx.device)
@@ -176,7 +176,7 @@ def evaluate(tr: Trainer, items: list[Any]) -> float:
 
 class Metrics:
     """Progress lines on stdout and metrics.jsonl rows, from the main process only; each row,
-    once written, also goes to the trackers (halo.train.trackers), which can never stop it."""
+    once written, also goes to the trackers (halo.train.observe.trackers), which can never stop it."""
 
     def __init__(
         self,
@@ -270,7 +270,7 @@ def start(
     tr = setup.setup(cfg, method, tok, ctx, sched.total_steps)
     found = saving.resume(tr)
     if cfg.runtime.profile is not None:
-        from halo.train import profiling
+        from halo.train.observe import profiling
 
         tr.profiler = profiling.window(cfg, ctx.rank, sched.total_steps)
     log(
@@ -298,7 +298,7 @@ def record(tr: Trainer, sched: Schedule, metrics: Metrics, result: Result, st: S
 
 class Checkpoints:
     """Checkpoints: when the loop saves (periodic, on a signal, final) and never twice for one
-    step. The writing itself is halo.train.saving's."""
+    step. The writing itself is halo.train.loop.saving's."""
 
     def __init__(
         self,

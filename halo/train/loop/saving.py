@@ -15,10 +15,10 @@ from typing import Any
 import torch
 
 from halo.errors import HaloError
-from halo.train import checkpoint, distributed, export, joblock
-from halo.train import model as hf
-from halo.train.parallel import dcp
-from halo.train.setup import log
+from halo.train.checkpoints import checkpoint, export, joblock
+from halo.train.loop.setup import log
+from halo.train.models import hf
+from halo.train.parallel import dcp, distributed
 from halo.train.state import DivergedError, Trainer
 
 
@@ -175,7 +175,7 @@ def resume(tr: Trainer) -> checkpoint.Found | None:
     job_dir = cfg.job_dir
     if ctx.is_main:
         # A partial write is removed only when its writer is known to be dead: this run holds
-        # the job folder's lock, so no other run is writing (see halo.train.joblock).
+        # the job folder's lock, so no other run is writing (see halo.train.checkpoints.joblock).
         mine = joblock.owned(job_dir)
         for p in checkpoint.partials(job_dir):
             if not mine:

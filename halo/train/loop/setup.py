@@ -1,6 +1,6 @@
 """From a validated config to a ready Trainer: attention, models, optimizer.
 
-The tokenizer comes first, from halo.train.tokenizer.for_config (no torch there).
+The tokenizer comes first, from halo.train.data.tokenizer.for_config (no torch there).
 
 One process or DDP: the model is built once on the CPU, the reference (when the method
 needs one) is a frozen copy. FSDP: rank 0 alone builds the full model; every rank builds
@@ -19,11 +19,12 @@ import torch
 from torch import nn
 
 from halo.errors import HaloError
-from halo.train import attention, distributed, optimizer
-from halo.train import model as hf
-from halo.train import tokenizer as tk
 from halo.train.config import Config
+from halo.train.data import tokenizer as tk
+from halo.train.loop import optimizer
+from halo.train.models import attention, hf
 from halo.train.parallel import build as parallel
+from halo.train.parallel import distributed
 from halo.train.state import Method, Trainer
 
 

@@ -1,7 +1,7 @@
 """Training throughput: `halo launch sft` against TRL's SFTTrainer, same model, data and batches.
 
-    python -m halo.train.bench [--repeats N]          # the table, ratio, exit 1 below the floor
-    python -m halo.train.bench --trl CONFIG OUT       # (internal) one TRL run, step times to OUT
+    python -m halo.train.measure.bench [--repeats N]          # the table, ratio, exit 1 below the floor
+    python -m halo.train.measure.bench --trl CONFIG OUT       # (internal) one TRL run, step times to OUT
 
 Both train the ~30M-parameter Llama of examples/bench/config.yaml from the same seed on the
 SFT example's chats (assistant tokens only), batch 8, one epoch (8 steps), on the CPU, each
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CONFIG = REPO / "examples" / "bench" / "config.yaml"
 GOAL, FLOOR = 1.3, 1.0
 
@@ -61,7 +61,7 @@ def ours(config: Path, tmp: Path) -> list[Step]:
 
 def trl(config: Path, tmp: Path) -> list[Step]:
     out = tmp / "trl.json"
-    argv = [sys.executable, "-m", "halo.train.bench", "--trl", str(config), str(out)]
+    argv = [sys.executable, "-m", "halo.train.measure.bench", "--trl", str(config), str(out)]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"bench: TRL run failed: {proc.stderr.strip()[-800:]}")
@@ -76,14 +76,14 @@ def run_trl(config: Path, out: Path) -> None:
     from trl import SFTConfig, SFTTrainer
 
     from halo.train import config as config_mod
-    from halo.train import data, formats
-    from halo.train import model as hf
-    from halo.train import tokenizer as tk
+    from halo.train.data import batching, formats
+    from halo.train.data import tokenizer as tk
+    from halo.train.models import hf
 
     cfg = config_mod.load(config, "sft")
     tok = tk.for_config(cfg)
     model = hf.build(cfg.model, hf.hf_config(cfg.model, tok), "sdpa", cfg.training.seed)
-    chats = data.load(
+    chats = batching.load(
         cfg.data, cfg.training.seed, lambda r, f, s, w: formats.chat(r, f, w, {}, {})
     )[0]
     dataset = Dataset.from_list([{"messages": c.messages} for c in chats])
@@ -168,7 +168,7 @@ def measure(config: Path = CONFIG, repeats: int = 2) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m halo.train.bench", description=__doc__.splitlines()[0]
+        prog="python -m halo.train.measure.bench", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--config", type=Path, default=CONFIG)

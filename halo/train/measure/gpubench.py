@@ -1,10 +1,10 @@
 """GPU throughput: the trainer's SFT step against a plain PyTorch loop, ~1B Llama, bf16, one GPU.
 
-    python -m halo.train.gpubench [--seq-lens 2048 4096] [--steps 8] [--json OUT]
+    python -m halo.train.measure.gpubench [--seq-lens 2048 4096] [--steps 8] [--json OUT]
 
 Both sides train the same model (built from LLAMA_1B, no download) with the same attention
-kernel (halo.train.attention's choice for this GPU), batch and bf16 autocast; the trainer side
-is `halo.train.loop.step` (collate, loss over weights, clip, fused AdamW, LR schedule), the
+kernel (halo.train.models.attention's choice for this GPU), batch and bf16 autocast; the trainer side
+is `halo.train.loop.loop.step` (collate, loss over weights, clip, fused AdamW, LR schedule), the
 plain side the textbook loop (forward, cross-entropy, backward, clip, step). Tokens per step
 are fixed (TOKENS_PER_STEP), so a longer sequence means a smaller batch.
 
@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 FLOOR = 0.95
 TOKENS_PER_STEP = 16384
 SEQ_LENS = (2048, 4096)
@@ -136,7 +136,7 @@ def _timed(fn: Any, steps: int, warmup: int, device: str) -> float:
 def _items(seq_len: int, batch: int, vocab: int, seed: int) -> list[Any]:
     import torch
 
-    from halo.train.examples import Sequence
+    from halo.train.data.examples import Sequence
 
     g = torch.Generator().manual_seed(seed)
     rows = torch.randint(3, vocab, (batch, seq_len + 1), generator=g).tolist()
@@ -157,9 +157,11 @@ def _trainer(
     attributes, as it does loading a Hub config.json (Qwen3-MoE's head_dim)."""
     import torch
 
-    from halo.train import config, distributed, setup
-    from halo.train import tokenizer as tk
+    from halo.train import config
+    from halo.train.data import tokenizer as tk
+    from halo.train.loop import setup
     from halo.train.methods import sft
+    from halo.train.parallel import distributed
 
     overrides = [
         f"--model.config={json.dumps(conf)}",
@@ -184,7 +186,7 @@ def _plain(conf_fields: dict[str, Any], backend: str, seed: int, device: str) ->
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from halo.train.model import ATTN_IMPLEMENTATION
+    from halo.train.models.hf import ATTN_IMPLEMENTATION
 
     fields = dict(conf_fields)
     conf = AutoConfig.for_model(fields.pop("model_type"), **fields)
@@ -210,8 +212,8 @@ def measure(
     import torch
     from torch.nn import functional
 
-    from halo.train import loop
-    from halo.train.model import ATTN_IMPLEMENTATION
+    from halo.train.loop import loop
+    from halo.train.models.hf import ATTN_IMPLEMENTATION
 
     conf = conf or LLAMA_1B
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
@@ -324,7 +326,7 @@ def measure_moe(
     under torchrun: ``ctx`` and ``parallel``, e.g. ("--expert_parallel_size=8",))."""
     import torch
 
-    from halo.train import loop
+    from halo.train.loop import loop
 
     conf = dict(conf or QWEN3_30B_A3B)
     stray = QWEN3_30B_A3B_STRAY if stray is None else stray
@@ -389,7 +391,7 @@ def moe_rows(results: list[dict[str, Any]], note: str = "") -> list[tuple[str, s
 
 def _moe_rank(args: argparse.Namespace) -> int:
     """One rank of a multi-GPU MoE row (under torchrun); rank 0 writes the JSON."""
-    from halo.train import distributed
+    from halo.train.parallel import distributed
 
     ctx = distributed.init()
     try:
@@ -450,7 +452,7 @@ def moe_suite(steps: int, warmup: int) -> tuple[list[dict[str, Any]], str]:
             out = Path(tmp) / f"moe{i}.json"
             layers = moe_layers_that_fit(QWEN3_30B_A3B, free, ep=split)
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                   f"--nproc-per-node={n}", "-m", "halo.train.gpubench", "--moe-rank",
+                   f"--nproc-per-node={n}", "-m", "halo.train.measure.gpubench", "--moe-rank",
                    f"--moe-layers={layers}", f"--steps={steps}", f"--warmup={warmup}",
                    "--json", str(out), *[f"--moe-parallel={x}" for x in flags]]  # fmt: skip
             proc = subprocess.run(cmd, cwd=REPO, check=False)
@@ -501,7 +503,7 @@ def skipped_moe_row(reason: str) -> tuple[str, str, str, bool]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m halo.train.gpubench", description=__doc__.splitlines()[0]
+        prog="python -m halo.train.measure.gpubench", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--seq-lens", type=int, nargs="+", default=list(SEQ_LENS))
     parser.add_argument("--steps", type=int, default=8)

@@ -7,7 +7,7 @@ Errors are normalised by the reference's largest magnitude (bf16 keeps ~3 signif
 whatever the scale), with a tolerance per dtype and per tensor (gradients accumulate more
 rounding than the output).
 
-Trainer steps: the same batch through the trainer's own forward/backward (halo.train.loop) in
+Trainer steps: the same batch through the trainer's own forward/backward (halo.train.loop.loop) in
 two set-ups (bf16 vs fp32, GPU vs CPU): loss, total and per-parameter gradient norms, the
 gradients' cosine and, optionally, the update's size.
 
@@ -205,7 +205,7 @@ def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> torch.Tensor:
 
 
 def flash_attention(module_name: str) -> AttentionFn:
-    """A flash-attention generation (its module, as halo.train.attention.MODULES names it)."""
+    """A flash-attention generation (its module, as halo.train.models.attention.MODULES names it)."""
     module = importlib.import_module(module_name)
 
     def fn(
@@ -241,10 +241,10 @@ def flash_attention(module_name: str) -> AttentionFn:
 
 
 def backend_fn(backend: str) -> AttentionFn:
-    """halo.train.attention's backend name -> the function under test."""
+    """halo.train.models.attention's backend name -> the function under test."""
     if backend == "sdpa":
         return sdpa_attention
-    from halo.train.attention import MODULES
+    from halo.train.models.attention import MODULES
 
     return flash_attention(MODULES[backend])
 
@@ -399,9 +399,11 @@ def build_trainer(
 ) -> tuple[Any, list[Any]]:
     """A one-process Trainer on ``device`` from a config file and its first global batch."""
     from halo.train import config as config_mod
-    from halo.train import distributed, registry, setup
-    from halo.train import tokenizer as tk
-    from halo.train.data import Schedule
+    from halo.train.data import tokenizer as tk
+    from halo.train.data.batching import Schedule
+    from halo.train.loop import setup
+    from halo.train.methods import registry
+    from halo.train.parallel import distributed
 
     spec = registry.default().get(method_name)
     cfg = config_mod.load(config, spec.name, overrides)
@@ -418,9 +420,9 @@ def build_trainer(
 
 
 def measure_step(tr: Any, items: list[Any], update: bool = False) -> StepNumbers:
-    """The trainer's own forward/backward over ``items`` (halo.train.loop), and optionally its
+    """The trainer's own forward/backward over ``items`` (halo.train.loop.loop), and optionally its
     clip + optimizer update."""
-    from halo.train import loop
+    from halo.train.loop import loop
 
     batches, prepared, count = loop.prepare(tr, items)
     loss_sum, _ = loop.backward(tr, batches, prepared, count)

@@ -23,12 +23,12 @@ from torch import nn
 from torch.nn import functional
 
 from halo.errors import HaloError
-from halo.train import data
-from halo.train import model as hf
 from halo.train.config import Classification, Config, Model
+from halo.train.data import batching
+from halo.train.data.tokenizer import ChatTokenizer
 from halo.train.methods import classification_data as cd
+from halo.train.models import hf
 from halo.train.state import Batch, Method
-from halo.train.tokenizer import ChatTokenizer
 
 
 def last_token(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -67,7 +67,7 @@ class Classifier(nn.Module):
 
 
 def backbone(m: Model, conf: Any, attention: str, seed: int, device: Any = "cpu") -> nn.Module:
-    """The causal LM without its head (transformers' AutoModel), as halo.train.model.build."""
+    """The causal LM without its head (transformers' AutoModel), as halo.train.models.hf.build."""
     from transformers import AutoModel
 
     impl = hf.ATTN_IMPLEMENTATION[attention]
@@ -173,7 +173,7 @@ def predict(model: nn.Module, items: list[cd.Item], pad_id: int, batch: int = 32
 
 def build(cfg: Config, tok: ChatTokenizer) -> Method:
     c = cfg.classification or Classification()
-    train, evals = data.load(cd.sources(cfg.data), cfg.training.seed, cd.parser(c))
+    train, evals = batching.load(cd.sources(cfg.data), cfg.training.seed, cd.parser(c))
     known = cd.labels(c, train)
     items = cd.encode(train, c, known, tok, cfg.data.max_seq_len)
     eval_items = cd.encode(evals, c, known, tok, cfg.data.max_seq_len)

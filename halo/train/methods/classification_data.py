@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from halo.errors import HaloError
-from halo.train import examples
 from halo.train.config import Classification, Config, Data, Source
+from halo.train.data import examples
+from halo.train.data.tokenizer import ChatTokenizer
 from halo.train.methods import rows
-from halo.train.tokenizer import ChatTokenizer
 
 
 @dataclass(frozen=True)

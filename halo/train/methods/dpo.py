@@ -1,7 +1,7 @@
 """Direct preference optimisation on chosen/rejected pairs, against a frozen reference.
 
 Data: ``{"prompt": ..., "chosen": ..., "rejected": ...}`` with strings or message lists, or
-full chosen/rejected conversations (halo.train.formats). The loss per pair is
+full chosen/rejected conversations (halo.train.data.formats). The loss per pair is
 ``-log sigmoid(beta * ((pi_c - ref_c) - (pi_r - ref_r)))`` with sequence log-probabilities
 of the responses (the assistant span after the prompt), averaged over the global batch.
 Data path and forward are the preference family's (halo.train.methods.preference).
@@ -16,9 +16,9 @@ from torch import nn
 from torch.nn import functional
 
 from halo.train.config import Config, Dpo
+from halo.train.data.tokenizer import ChatTokenizer
 from halo.train.methods import preference
 from halo.train.state import Batch, Method
-from halo.train.tokenizer import ChatTokenizer
 
 collate = preference.collate
 

@@ -32,12 +32,12 @@ from torch import nn
 from torch.nn import functional
 
 from halo.errors import HaloError
-from halo.train import data
 from halo.train.config import Config, Embedding
+from halo.train.data import batching
+from halo.train.data.tokenizer import ChatTokenizer
 from halo.train.methods import classification
 from halo.train.methods import embedding_data as ed
 from halo.train.state import Batch, Method
-from halo.train.tokenizer import ChatTokenizer
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
@@ -149,7 +149,7 @@ def configure(conf: Any) -> Any:
 
 def build(cfg: Config, tok: ChatTokenizer) -> Method:
     e = cfg.embedding or Embedding()
-    train, evals = data.load(ed.sources(cfg.data), cfg.training.seed, ed.parser(e))
+    train, evals = batching.load(ed.sources(cfg.data), cfg.training.seed, ed.parser(e))
     k = ed.hard_negatives(e, train)
     items = ed.encode(train, k, tok, cfg.data.max_seq_len)
     eval_items = ed.encode(evals, 0, tok, cfg.data.max_seq_len)

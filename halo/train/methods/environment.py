@@ -45,8 +45,8 @@ from typing import Any, Protocol
 
 from halo.errors import HaloError
 from halo.rollout.client import Sample
-from halo.train import formats
-from halo.train.tokenizer import ChatTokenizer, Message
+from halo.train.data import formats
+from halo.train.data.tokenizer import ChatTokenizer, Message
 
 TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 

@@ -27,14 +27,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from halo.rollout.client import Client, Retry, RolloutError, Sample
-from halo.train import data, distributed, examples, loop, rewards
+from halo.train import rewards
 from halo.train.config import Config, Grpo
+from halo.train.data import batching, examples
+from halo.train.data.tokenizer import ChatTokenizer
+from halo.train.loop import loop
+from halo.train.loop.stopping import StopFlag
 from halo.train.methods import environment, environmental_grpo_data, grpo, grpo_data, online_grpo
 from halo.train.methods.local_sampler import LocalSampler
 from halo.train.methods.online_grpo import RunFailedError
+from halo.train.parallel import distributed
 from halo.train.state import Method, Result, StepStats, Trainer
-from halo.train.stopping import StopFlag
-from halo.train.tokenizer import ChatTokenizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +79,7 @@ def build(cfg: Config, tok: ChatTokenizer) -> Method:
     g, ro, env = cfg.grpo or Grpo(), cfg.rollout, cfg.environment
     assert ro is not None and env is not None  # the config gives environmental-grpo both
     environment.load(env.path)  # an environment that does not import: before any model
-    train, evals = data.load(
+    train, evals = batching.load(
         environmental_grpo_data.sources(cfg.data), cfg.training.seed, environmental_grpo_data.parse
     )
     notes = [

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from halo.train import examples
 from halo.train.config import Config, Data, Source
+from halo.train.data import examples
+from halo.train.data.tokenizer import ChatTokenizer
 from halo.train.methods import environment, rows
-from halo.train.tokenizer import ChatTokenizer
 
 
 def parse(row: dict[str, Any], fmt: str, src: Source, where: str) -> tuple[dict[str, Any], str]:

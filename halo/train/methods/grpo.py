@@ -28,12 +28,12 @@ import torch
 from torch import nn
 
 from halo.errors import HaloError
-from halo.train import data, examples, formats
 from halo.train.config import Config, Grpo
+from halo.train.data import batching, examples, formats
+from halo.train.data.tokenizer import ChatTokenizer
 from halo.train.methods import grpo_data
-from halo.train.model import batch_logprobs
+from halo.train.models.hf import batch_logprobs
 from halo.train.state import Batch, Method, StepStats, Trainer
-from halo.train.tokenizer import ChatTokenizer
 
 
 @dataclass(frozen=True)
@@ -63,13 +63,13 @@ def make_shard(g: Grpo) -> Any:
     def shard(groups: list[grpo_data.Group], rank: int, world: int) -> list[Scored]:
         adv = advantages([list(x.rewards) for x in groups], g.scale_rewards, g.adv_eps)
         scored = [Scored(x.seqs, tuple(a)) for x, a in zip(groups, adv, strict=True)]
-        return data.share(scored, rank, world)
+        return batching.share(scored, rank, world)
 
     return shard
 
 
 def collate(groups: list[Scored], pad_id: int) -> Batch:
-    batch = data.pad([s for grp in groups for s in grp.seqs], pad_id)
+    batch = batching.pad([s for grp in groups for s in grp.seqs], pad_id)
     batch["advantages"] = torch.tensor([a for grp in groups for a in grp.advantages])
     return batch
 
@@ -150,7 +150,7 @@ def method(
 
 def policy_update(tr: Trainer, rollouts: list[formats.GroupRow]) -> StepStats:
     """One optimizer step on a global batch of rollouts (every process passes the same list)."""
-    from halo.train import loop
+    from halo.train.loop import loop
 
     groups = [grpo_data.encode_group(r, tr.tok, tr.cfg.data.max_seq_len) for r in rollouts]
     if any(x is None for x in groups):
@@ -160,7 +160,7 @@ def policy_update(tr: Trainer, rollouts: list[formats.GroupRow]) -> StepStats:
 
 def build(cfg: Config, tok: ChatTokenizer) -> Method:
     g = cfg.grpo or Grpo()
-    train, evals = data.load(cfg.data, cfg.training.seed, grpo_data.parse)
+    train, evals = batching.load(cfg.data, cfg.training.seed, grpo_data.parse)
     groups, dropped = grpo_data.encode_all(train, tok, cfg.data.max_seq_len)
     if not groups:
         raise HaloError("data.train: no group has a completion token within data.max_seq_len")

@@ -22,7 +22,7 @@ from torch import nn
 
 from halo.errors import HaloError
 from halo.rollout.client import Sample, prompt_seed
-from halo.train.tokenizer import ChatTokenizer
+from halo.train.data.tokenizer import ChatTokenizer
 
 
 class LocalSampler:

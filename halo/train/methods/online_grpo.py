@@ -39,14 +39,17 @@ import torch
 from halo.errors import HaloError
 from halo.rollout import weights
 from halo.rollout.client import Client, Retry, RolloutError, Sample
-from halo.train import data, distributed, examples, loop, rewards, saving
-from halo.train import model as hf
+from halo.train import rewards
 from halo.train.config import Config, Grpo
+from halo.train.data import batching, examples
+from halo.train.data.tokenizer import ChatTokenizer
+from halo.train.loop import loop, saving
+from halo.train.loop.stopping import StopFlag
 from halo.train.methods import grpo, grpo_data, online_grpo_data
 from halo.train.methods.online_grpo_data import Prompt
+from halo.train.models import hf
+from halo.train.parallel import distributed
 from halo.train.state import Method, Result, Trainer
-from halo.train.stopping import StopFlag
-from halo.train.tokenizer import ChatTokenizer
 
 URL_ENV = "HALO_ROLLOUT_URL"
 # Scored by the server after each push and compared with the policy's own log-probs.
@@ -176,7 +179,7 @@ def policy_logprobs(tr: Trainer, ids: list[int]) -> list[float]:
 def build(cfg: Config, tok: ChatTokenizer) -> Method:
     """The GRPO update (grpo.method) over this run's prompts; rollouts come at train time."""
     g = cfg.grpo or Grpo()
-    train, evals = data.load(cfg.data, cfg.training.seed, online_grpo_data.parse)
+    train, evals = batching.load(cfg.data, cfg.training.seed, online_grpo_data.parse)
     ro = cfg.rollout
     rewards.load(ro.reward)  # fail before any model is built
     notes = [

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from halo.errors import HaloError
-from halo.train import examples, formats
 from halo.train.config import Config, Source
-from halo.train.tokenizer import ChatTokenizer, Message
+from halo.train.data import examples, formats
+from halo.train.data.tokenizer import ChatTokenizer, Message
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,12 @@ import torch
 from torch import nn
 
 from halo.errors import HaloError
-from halo.train import data
 from halo.train.config import Config
+from halo.train.data import batching
+from halo.train.data.tokenizer import ChatTokenizer
 from halo.train.methods import dpo_data
-from halo.train.model import batch_logprobs
+from halo.train.models.hf import batch_logprobs
 from halo.train.state import Batch, Method
-from halo.train.tokenizer import ChatTokenizer
 
 # (policy, micro-batch, prepared) -> (sum of per-pair losses, extra metric sums)
 Loss = Callable[[nn.Module, Batch, Any], tuple[torch.Tensor, dict[str, torch.Tensor]]]
@@ -29,7 +29,7 @@ Loss = Callable[[nn.Module, Batch, Any], tuple[torch.Tensor, dict[str, torch.Ten
 
 def collate(pairs: list[dpo_data.Pair], pad_id: int) -> Batch:
     # Chosen first, rejected second: rows i and i + n are one pair.
-    batch = data.pad([p.chosen for p in pairs] + [p.rejected for p in pairs], pad_id)
+    batch = batching.pad([p.chosen for p in pairs] + [p.rejected for p in pairs], pad_id)
     batch["pairs"] = torch.ones(len(pairs))
     return batch
 
@@ -56,7 +56,7 @@ def build(
 ) -> Method:
     """The method ``name`` with its ``loss`` over the run's pairs (a reference model is loaded
     only when ``prepare`` is given: it is the one that reads it)."""
-    train, evals = data.load(dpo_data.sources(cfg.data), cfg.training.seed, dpo_data.parse)
+    train, evals = batching.load(dpo_data.sources(cfg.data), cfg.training.seed, dpo_data.parse)
     pairs, dropped = dpo_data.encode(train, tok, cfg.data.max_seq_len)
     if not pairs:
         raise HaloError("data.train: no pair fits within data.max_seq_len")

@@ -1,6 +1,6 @@
 """Training methods by name. Names may nest (`preference/dpo`); each maps to a module.
 
-A method module exposes ``build(cfg, tokenizer) -> halo.train.loop.Method``; its view module
+A method module exposes ``build(cfg, tokenizer) -> halo.train.state.Method``; its view module
 ``describe(cfg, tokenizer) -> list[str]``, the loss mask of each source's first example that
 `halo launch --dry-run` prints, importable without torch (a login node has only the tokenizer
 libraries). Modules are imported only when used, so listing methods needs no torch.

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from halo.errors import HaloError
-from halo.train import examples, formats
 from halo.train.config import Config, Source
-from halo.train.tokenizer import ChatTokenizer, Rendered, mask_note
+from halo.train.data import examples, formats
+from halo.train.data.tokenizer import ChatTokenizer, Rendered, mask_note
 
 
 def parse(row: dict[str, Any], fmt: str, src: Source, where: str) -> formats.Chat:

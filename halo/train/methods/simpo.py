@@ -19,9 +19,9 @@ from torch import nn
 from torch.nn import functional
 
 from halo.train.config import Config, Simpo
+from halo.train.data.tokenizer import ChatTokenizer
 from halo.train.methods import preference
 from halo.train.state import Batch, Method
-from halo.train.tokenizer import ChatTokenizer
 
 
 def mean_logprobs(model: nn.Module, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -31,9 +31,9 @@ from torch import nn
 from torch.nn import functional
 
 from halo.train.config import Config, Smpo
+from halo.train.data.tokenizer import ChatTokenizer
 from halo.train.methods import preference, simpo
 from halo.train.state import Batch, Method
-from halo.train.tokenizer import ChatTokenizer
 
 
 def preference_losses(chosen: torch.Tensor, rejected: torch.Tensor, s: Smpo) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Models through transformers: a pretrained folder or cached Hub id, or fresh from a config.
 
 Llama, Qwen2 (q/k/v bias), Qwen3 (q/k norm) and every other causal LM transformers knows.
-The attention kernel is chosen by halo.train.attention and handed to transformers as its
+The attention kernel is chosen by halo.train.models.attention and handed to transformers as its
 ``attn_implementation``. For FSDP a model is built on the meta device (no weights at all)
 and only rank 0 holds a full copy to broadcast from, so no rank materialises the whole model
 beside its shard.
@@ -17,9 +17,9 @@ from torch.nn import functional
 
 from halo.errors import HaloError
 from halo.train.config import Model
-from halo.train.tokenizer import ChatTokenizer
+from halo.train.data.tokenizer import ChatTokenizer
 
-# halo.train.attention's backends -> transformers' attn_implementation names.
+# halo.train.models.attention's backends -> transformers' attn_implementation names.
 ATTN_IMPLEMENTATION = {
     "sdpa": "sdpa",
     "fa2": "flash_attention_2",

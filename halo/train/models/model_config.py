@@ -71,7 +71,7 @@ def config_class(model_type: str) -> Any | None:
         return None
     name = auto.CONFIG_MAPPING_NAMES.get(model_type)
     if name is None:
-        return None  # transformers' own message (halo.train.model.hf_config) names the types
+        return None  # transformers' own message (halo.train.models.hf.hf_config) names the types
     module = importlib.import_module(
         f"transformers.models.{auto.model_type_to_module_name(model_type)}"
     )

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from halo.train.config import Config
-from halo.train.dataroot import data_root
+from halo.train.data.dataroot import data_root
 
 TOP = 8
 

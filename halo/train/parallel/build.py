@@ -21,13 +21,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from halo.train import distributed
-from halo.train import model as hf
 from halo.train.config import Config
-from halo.train.models import moe
+from halo.train.models import hf, moe
 from halo.train.models.arch import from_config
 from halo.train.parallel import dims as dimensions
-from halo.train.parallel import ep, tp
+from halo.train.parallel import distributed, ep, tp
 from halo.train.parallel.mesh import Mesh
 from halo.train.parallel.mesh import build as build_mesh
 

@@ -1,6 +1,6 @@
 """Sharded checkpoints with torch.distributed.checkpoint (DCP), under any mesh.
 
-A DCP checkpoint keeps every guarantee of halo.train.checkpoint: it is written once into a
+A DCP checkpoint keeps every guarantee of halo.train.checkpoints.checkpoint: it is written once into a
 hidden temp folder and renamed into place, and its meta.json, written last, records the
 sha256 and size of every file. Rank 0 makes the folder and tells the others its name; every
 rank writes its own shards of the model and the optimizer into ``dcp/`` (no rank gathers the
@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from halo.errors import HaloError
-from halo.train import checkpoint
+from halo.train.checkpoints import checkpoint
 from halo.train.state import Trainer
 
 FOLDER = "dcp"

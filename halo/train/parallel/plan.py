@@ -40,7 +40,7 @@ class Source:
 
 def _cached_config(repo_id: str) -> Path | None:
     """config.json of a Hub id in the Hugging Face cache (the snapshot refs/main names)."""
-    from halo.train.hfcache import hub_cache
+    from halo.train.models.hfcache import hub_cache
 
     root = hub_cache() / f"models--{repo_id.replace('/', '--')}"
     try:
@@ -54,7 +54,7 @@ def _cached_config(repo_id: str) -> Path | None:
 def _full_fields(fields: dict[str, Any]) -> dict[str, Any]:
     """A model.config dict with its class's defaults filled in (transformers' config classes
     need no torch); the dict as it is where transformers is absent."""
-    from halo.train import model_config
+    from halo.train.models import model_config
 
     cls = model_config.config_class(str(fields.get("model_type", "")))
     if cls is None:
