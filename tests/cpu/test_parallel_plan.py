@@ -15,6 +15,7 @@ import pytest
 
 from halo.errors import HaloError
 from halo.train import config
+from halo.train.models import source
 from halo.train.models.arch import from_config
 from halo.train.parallel import dims, plan
 
@@ -195,7 +196,7 @@ def test_the_seeds_recipe_plans_on_a_login_node_without_torch(tmp_path: Path) ->
 
 def test_the_memory_plan_shards_as_the_mesh_does() -> None:
     cfg = load(GPTOSS)
-    a = plan.arch(cfg)
+    a = source.arch(cfg)
     assert a is not None and a.is_moe and a.experts == 32
     one = plan.memory(cfg, dims.Dims(1, 8, 1, 1, 1), a)
     ep = plan.memory(cfg, dims.Dims(1, 8, 1, 1, 8), a)
@@ -239,7 +240,7 @@ def test_the_plan_reads_a_cached_config_json_as_data(tmp_path: Path) -> None:
         cfg = config.load(
             MOE, "sft", ["--model.name_or_path=someone/tiny-moe", "--model.config=null"]
         )
-        found = plan.source(cfg)
+        found = source.source(cfg)
     finally:
         if before is None:
             os.environ.pop("HF_HUB_CACHE")

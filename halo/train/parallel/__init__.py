@@ -6,7 +6,6 @@ torch.distributed.checkpoint.
   dims         the mesh's sizes from the config and the world, checked (no torch)
   support      which mesh dimensions each method trains with (no torch)
   plan         the memory plan a dry run prints, from the config alone (no torch)
-  known        published configs of the seeds' models, for that plan on a host without them
   mesh         the DeviceMesh and the groups cut from it
   ep           expert parallelism: one dispatch/combine interface, all-to-all and DeepEP backends
   tp           the tensor-parallel plan of a transformers decoder

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from halo.errors import HaloError
+from halo.train.models import source
 from halo.train.models.arch import MOE_TYPES, Arch
 from halo.train.parallel import support
 
@@ -186,10 +187,8 @@ def check_model(cfg: Config, dims: Dims, arch: Arch | None, method: str | None) 
 def check(cfg: Config, method: str | None, world: int) -> Dims:
     """The mesh for ``world`` processes, checked against the model (its config read as data)
     and the method: what `halo launch` and the trainer run before any process group starts."""
-    from halo.train.parallel import plan
-
     dims = resolve(cfg, world)
-    check_model(cfg, dims, plan.arch(cfg), method)
+    check_model(cfg, dims, source.arch(cfg), method)
     return dims
 
 
