@@ -5,6 +5,7 @@ unshare mode. That needs newuidmap (uidmap), subordinate id ranges for the user,
 archive keyring (an Ubuntu host has only Ubuntu's), and user namespaces, which Ubuntu 24.04
 restricts through AppArmor (kernel.apparmor_restrict_unprivileged_userns=1): the runner is a
 throwaway VM, so lifting that restriction there is the documented remedy.
+`qemu`: qemu-user-static for the arm64 image's base and example (binfmt_misc).
 `registry`: Debian's/Ubuntu's docker-registry package, a real OCI registry on
 127.0.0.1:5000 for the publishing tests. The package's own configuration asks for htpasswd
 credentials; the tests need what `.ci/run` starts (loopback only, no auth, deletes allowed),
@@ -44,6 +45,8 @@ PACKAGES = {
     # apt-utils: apt-ftparchive, the flat local repository bases are made offline from.
     "mmdebstrap": ("mmdebstrap", "uidmap", "debian-archive-keyring", "apt-utils"),
     "registry": ("docker-registry",),
+    # arm64 programs through binfmt_misc: installing registers them on a systemd host.
+    "qemu": ("qemu-user-static", "binfmt-support"),
 }
 
 

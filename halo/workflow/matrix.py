@@ -28,7 +28,7 @@ from halo.schema import load_yaml, validate
 
 WHEN = ("always", "main", "manual")
 # What a hosted runner must be given before the steps (see halo.workflow.hostsetup).
-HOST_FEATURES = ("mmdebstrap", "registry")
+HOST_FEATURES = ("mmdebstrap", "registry", "qemu")
 STAGE_SESSION = "stage"
 PUBLISH_SESSION = "publish"
 STAGED = re.compile(r"^\$\{staged\.([a-z0-9-]+)\}$")
@@ -72,7 +72,7 @@ class _JobModel(_Strict):
     needs: list[_Name] = []
     when: Literal["always", "main", "manual"] = "always"
     timeout: Annotated[int, Field(gt=0, le=360)] = 60
-    host: list[Literal["mmdebstrap", "registry"]] = []
+    host: list[Literal["mmdebstrap", "registry", "qemu"]] = []
 
 
 class _MatrixModel(_Strict):
