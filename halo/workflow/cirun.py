@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from halo.atomic import write_text
 from halo.paths import cache_home, scratch_root, store_root
 from halo.report import say, table
 from halo.workflow import cireport
-from halo.workflow.machine import Sampler, cores
+from halo.workflow.machine import Sampler, cores, free_gb
 from halo.workflow.pipeline import Pipeline
 from halo.workflow.runner import nox_launch, run_pipeline
 
@@ -30,15 +31,20 @@ def dry_run(pipeline: Pipeline) -> str:
             s.label,
             ", ".join(s.after) or ("(its caller)" if s.external else "-"),
             "alone" if s.alone else "",
+            "" if s.external else f"{s.cpus:g}",
+            f"{s.disk_gb:g}" if s.disk_gb else "",
             f"{s.budget:g}",
         )
         for s in pipeline.sessions
     ]
+    room = f"{pipeline.cpus:g}" if pipeline.cpus is not None else f"{cores() + 1} (cores + 1)"
     head = (
         f"{pipeline.path}: {len(pipeline.sessions)} sessions; budget target "
-        f"{pipeline.target_minutes:g} min, limit {pipeline.limit_minutes:g} min"
+        f"{pipeline.target_minutes:g} min, limit {pipeline.limit_minutes:g} min; room for "
+        f"{room} cores, the free disk less {pipeline.disk_margin_gb:g} GB"
     )
-    return head + "\n" + table(("session", "after", "", "budget (min)"), rows)
+    cols = ("session", "after", "", "cores", "disk GB", "budget (min)")
+    return head + "\n" + table(cols, rows)
 
 
 def _started() -> tuple[float, float | None]:
@@ -63,7 +69,14 @@ def _keep(history: Path, summary: cireport.Summary) -> None:
         old.unlink(missing_ok=True)
 
 
+def _stop(signum: int, _frame: object) -> None:
+    # CI's timeout and `kill` send SIGTERM: as an exception it reaches the runner, which stops
+    # every session's process group instead of leaving them running behind it.
+    raise SystemExit(128 + signum)
+
+
 def run_ci(repo: Path, pipeline: Pipeline, report: Path) -> int:
+    signal.signal(signal.SIGTERM, _stop)
     started, setup_end = _started()
     if report.exists():
         shutil.rmtree(report)  # a report describes one run; the last is kept under history
@@ -74,7 +87,15 @@ def run_ci(repo: Path, pipeline: Pipeline, report: Path) -> int:
         f"`after` allows; logs and junit under {report}"
     )
     try:
-        outcomes = run_pipeline(pipeline, report, nox_launch(repo / "noxfile.py"), say)
+        disks = _watched_disks()
+        outcomes = run_pipeline(
+            pipeline,
+            report,
+            nox_launch(repo / "noxfile.py"),
+            say,
+            cpus=cores() + 1.0,
+            free_gb=lambda: free_gb(disks),
+        )
     finally:
         samples = sampler.stop()
     setup = None

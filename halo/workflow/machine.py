@@ -88,6 +88,17 @@ def take_sample(
     )
 
 
+def free_gb(disks: Sequence[Path]) -> float:
+    """The least free space, in GiB, of the watched file systems that exist (inf: none)."""
+    free = []
+    for d in disks:
+        try:
+            free.append(shutil.disk_usage(d).free / 2**30)
+        except OSError:
+            continue
+    return min(free, default=float("inf"))
+
+
 @dataclass(frozen=True)
 class Window:
     """What the samples say of one stretch of time."""

@@ -1,15 +1,22 @@
 """The CI run as data: ci/pipeline.toml's sessions, what each waits for, and its budget.
 
-A session starts as soon as everything in its ``after`` has passed, beside whatever else is
-running: the table is the schedule. ``alone`` waits for every other session and runs with the
-machine to itself (a benchmark). ``external`` rows are timed by their caller (.ci/run's setup),
-not started here. Parsing is pure: one HaloError line for anything wrong with the file.
+A session starts once everything in its ``after`` has passed and the machine has room for
+it: its ``cpus`` beside the running sessions' within the table's ``cpus`` (default: the
+machine's cores + 1, the one for sessions that mostly wait on disk or the network), and its
+``disk_gb`` (the most it adds to the disk while it runs) within the free disk, less what the
+running ones may still take and ``disk_margin_gb``. Bazel schedules its actions so (resource
+sets): two cores running five builds at once ran each one slower than in turn, and ran the
+disk full. Waiting sessions start in the table's order. ``alone`` waits for every other
+session and runs with the machine to itself (a benchmark). ``external`` rows are timed by
+their caller (.ci/run's setup), not started here. Parsing is pure: one HaloError line for
+anything wrong with the file.
 """
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from halo.errors import HaloError
@@ -25,6 +32,8 @@ class Session:
     alone: bool = False
     external: bool = False
     why: str = ""  # a note for the table's reader
+    cpus: float = 1.0  # cores it keeps busy while it runs
+    disk_gb: float = 0.0  # the most it adds to the disk while it runs
 
     @property
     def label(self) -> str:
@@ -38,6 +47,8 @@ class Pipeline:
     target_minutes: float
     warn_factor: float
     path: Path = field(default=Path("ci/pipeline.toml"))
+    cpus: float | None = None  # None: the machine's cores + 1
+    disk_margin_gb: float = 6.0
 
     def session(self, name: str) -> Session:
         for s in self.sessions:
@@ -54,23 +65,46 @@ class Pipeline:
         for n in names:
             self.session(n)
         kept = tuple(
-            s
-            if s.external
-            else Session(
-                s.name, s.budget, s.args, tuple(a for a in s.after if a in names), s.env, s.alone
-            )
+            s if s.external else replace(s, after=tuple(a for a in s.after if a in names))
             for s in self.sessions
             if s.external or s.name in names
         )
-        return Pipeline(kept, self.limit_minutes, self.target_minutes, self.warn_factor, self.path)
+        return replace(self, sessions=kept)
 
 
-_KEYS = {"name", "budget", "args", "after", "env", "alone", "external", "why"}
+def waits_for(
+    s: Session, running: Sequence[Session], cpus: float, free_gb: float, margin_gb: float
+) -> str | None:
+    """None when ``s`` may start beside ``running``; else what it waits for, in words.
+
+    The running sessions' ``disk_gb`` is held back whole, as if they had written nothing yet:
+    a session may be at its start, and a full disk fails every session at once. A session
+    alone on the machine always starts (the machine is all there is)."""
+    if not running:
+        return None
+    busy = sum(r.cpus for r in running)
+    if busy + s.cpus > cpus + 1e-9:
+        return f"cores: {busy:g} of {cpus:g} busy, it needs {s.cpus:g}"
+    held = sum(r.disk_gb for r in running)
+    room = free_gb - margin_gb - held
+    if s.disk_gb > 0 and s.disk_gb > room:
+        return f"disk: {max(room, 0):.0f} GB to spare, it may write {s.disk_gb:g}"
+    return None
 
 
-def _number(path: Path, key: str, value: object, positive: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or (positive and value <= 0):
-        raise HaloError(f"{path}: {key}: expected a positive number of minutes, got {value!r}")
+_KEYS = {"name", "budget", "args", "after", "env", "alone", "external", "why", "cpus", "disk_gb"}
+
+
+def _number(
+    path: Path, key: str, value: object, unit: str = "minutes", positive: bool = True
+) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (value <= 0 if positive else value < 0)
+    ):
+        kind = "a positive" if positive else "a non-negative"
+        raise HaloError(f"{path}: {key}: expected {kind} number of {unit}, got {value!r}")
     return float(value)
 
 
@@ -108,6 +142,8 @@ def _session(path: Path, i: int, row: object) -> Session:
         alone=flags["alone"],
         external=flags["external"],
         why=str(row.get("why", "")),
+        cpus=_number(path, f"{where}.cpus", row.get("cpus", 1), "cores"),
+        disk_gb=_number(path, f"{where}.disk_gb", row.get("disk_gb", 0), "GB", positive=False),
     )
 
 
@@ -161,7 +197,9 @@ def parse_pipeline(text: str, path: Path, known: frozenset[str] | None = None) -
     warn = _number(path, "warn_factor", data.get("warn_factor", 1.5))
     if target > limit:
         raise HaloError(f"{path}: target_minutes {target:g} is over limit_minutes {limit:g}")
-    return Pipeline(sessions, limit, target, warn, path)
+    cpus = None if "cpus" not in data else _number(path, "cpus", data["cpus"], "cores")
+    margin = _number(path, "disk_margin_gb", data.get("disk_margin_gb", 6), "GB", positive=False)
+    return Pipeline(sessions, limit, target, warn, path, cpus, margin)
 
 
 def load_pipeline(

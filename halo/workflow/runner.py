@@ -1,5 +1,6 @@
 """Run a Pipeline: each session a `nox -s NAME -- ARGS` process, started once what it waits
-for has passed, side by side with whatever else runs; progress lines while they run.
+for has passed and the machine has room for it (cores, disk: pipeline.waits_for), side by
+side with whatever else runs; progress lines while they run, naming what waits and why.
 
 Each session writes its output to ``<report>/logs/NAME.log`` (the console would interleave
 sessions) and its pytest results to ``<report>/junit/NAME.xml`` (PYTEST_ADDOPTS) and
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from halo.workflow.pipeline import Pipeline, Session
+from halo.workflow.pipeline import Pipeline, Session, waits_for
 
 Launch = Callable[[Session, Mapping[str, str], TextIO], subprocess.Popen[bytes]]
 HEARTBEAT_S = 60.0
@@ -126,8 +127,11 @@ def run_pipeline(
     clock: Callable[[], float] = time.time,
     poll_s: float = 0.5,
     heartbeat_s: float = HEARTBEAT_S,
+    cpus: float = 3.0,
+    free_gb: Callable[[], float] = lambda: float("inf"),
 ) -> list[Outcome]:
-    """Run every session of ``pipeline``; returns their outcomes in the table's order."""
+    """Run every session of ``pipeline``; returns their outcomes in the table's order.
+    ``cpus`` is the machine's room when the table names none; ``free_gb`` measures the disk."""
     (report / "logs").mkdir(parents=True, exist_ok=True)
     (report / "junit").mkdir(parents=True, exist_ok=True)
     env0 = dict(os.environ if base_env is None else base_env)
@@ -136,6 +140,8 @@ def run_pipeline(
     running: dict[str, _Running] = {}
     done: dict[str, Outcome] = {}
     last_beat = t0
+    room = pipeline.cpus if pipeline.cpus is not None else cpus
+    waiting: dict[str, str] = {}  # a pending session whose turn has come: why it waits
 
     def stamp() -> str:
         m, s = divmod(int(clock() - t0), 60)
@@ -176,6 +182,12 @@ def run_pipeline(
                     continue
                 if not s.alone and any(r.session.alone for r in running.values()):
                     continue
+                beside_now = [r.session for r in running.values()]
+                why = waits_for(s, beside_now, room, free_gb(), pipeline.disk_margin_gb)
+                if why is not None:
+                    waiting[s.name] = why
+                    continue
+                waiting.pop(s.name, None)
                 pending.remove(s)
                 log = report / "logs" / f"{s.name}.log"
                 fh = log.open("w")
@@ -200,6 +212,10 @@ def run_pipeline(
                         + (f" ({where})" if where else "")
                     )
                 say(f"{stamp()} running: " + "; ".join(parts))
+                if waiting:
+                    say(
+                        f"{stamp()} waiting: " + "; ".join(f"{n} ({w})" for n, w in waiting.items())
+                    )
             if pending or running:
                 time.sleep(poll_s)
     except BaseException:

@@ -122,11 +122,13 @@ def test_max_duration_hours_stops_the_job_gracefully(
     cluster: Cluster, venv: Path, tmp_path: Path
 ) -> None:
     name = f"timer-{uuid.uuid4().hex[:8]}"
-    # 0.006 h: about 22 s, while the job is still training: its step-8 checkpoint pauses for
-    # 40 s (the trainer's test hook), however fast the steps are on this machine.
+    # 0.02 h: 72 s, while the job is still training: its step-8 checkpoint pauses for 90 s (the
+    # trainer's test hook), however fast the steps are. The timer must fire after the trainer
+    # has installed its signal handler: 22 s did not on a loaded CI machine (startup alone
+    # took longer; the job died of the SIGTERM, 143).
     ok(job(tmp_path, "start", str(SFT), "--name", name, "--backend", "slurm", "--venv",
-           str(venv), "--", *LONG, "--runtime.max_duration_hours=0.006",
-           HALO_TEST_HOOK_CHECKPOINT_SLEEP="8:40"))  # fmt: skip
+           str(venv), "--", *LONG, "--runtime.max_duration_hours=0.02",
+           HALO_TEST_HOOK_CHECKPOINT_SLEEP="8:90"))  # fmt: skip
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         if not {"running", "pending"} & set(job(tmp_path, "status", name).stdout.split()):

@@ -21,7 +21,13 @@ from halo.errors import HaloError
 from halo.junit import read_cases, read_counts
 from halo.workflow import cireport
 from halo.workflow.machine import CpuTimes, Sample, busy_share, mem_used, window
-from halo.workflow.pipeline import Pipeline, Session, load_pipeline, parse_pipeline
+from halo.workflow.pipeline import (
+    Pipeline,
+    Session,
+    load_pipeline,
+    parse_pipeline,
+    waits_for,
+)
 from halo.workflow.runner import run_pipeline, session_env
 from halo.workflow.sessions import nox_sessions
 
@@ -62,6 +68,12 @@ def test_the_committed_pipeline_names_only_real_sessions_and_fits_its_target() -
             "target_minutes 35 is over limit_minutes 30",
         ),
         (HEAD + 'sessions = [{ name = "zz", budget = 1 }]', "sessions[zz]: the noxfile has no"),
+        (HEAD + 'sessions = [{ name = "a", budget = 1, cpus = 0 }]', "a positive number of cores"),
+        (
+            HEAD + 'sessions = [{ name = "a", budget = 1, disk_gb = -1 }]',
+            "sessions[a].disk_gb: expected a non-negative number of GB",
+        ),
+        (HEAD + 'cpus = "many"\nsessions = [{ name = "a", budget = 1 }]', "cpus: expected a"),
     ],
 )
 def test_a_broken_table_is_one_line(text: str, line: str) -> None:
@@ -134,6 +146,42 @@ def test_sessions_run_side_by_side_after_what_they_wait_for_and_alone_last(tmp_p
     assert bench[0] >= max(lint[1], tests[1], slurm[1]), "alone: after everything else"
     assert (tmp_path / "report" / "logs" / "tests.log").read_text().strip() == "hello from tests"
     assert any("start tests (beside" in li for li in lines)
+
+
+def test_a_session_waits_for_cores_and_disk_and_starts_alone_whatever_it_needs() -> None:
+    toolchain = Session("toolchain", 1, cpus=2, disk_gb=18)
+    images = Session("images", 1, disk_gb=25)
+    kernels = Session("kernels", 1, disk_gb=12)
+    assert waits_for(kernels, [], 3, 0, 6) is None  # alone: the machine is all there is
+    assert waits_for(toolchain, [images], 3, 60, 6) is None
+    assert waits_for(kernels, [toolchain, images], 3, 60, 6) == "cores: 3 of 3 busy, it needs 1"
+    # Room for its cores but not its disk: the running ones' disk_gb is held back whole.
+    assert waits_for(kernels, [images], 3, 40, 6) == "disk: 9 GB to spare, it may write 12"
+    assert waits_for(kernels, [images], 3, 43, 6) is None
+    assert waits_for(Session("lint", 1, cpus=0.2), [toolchain], 2, 0, 6) == (
+        "cores: 2 of 2 busy, it needs 0.2"
+    )
+
+
+def test_the_runner_starts_a_session_when_there_is_room_and_says_what_waits(
+    tmp_path: Path,
+) -> None:
+    pipeline = _pipeline(
+        Session("a", 1), Session("b", 1), Session("c", 1), Session("d", 1, disk_gb=10)
+    )
+    rec = Recorder(tmp_path, {"a": (0.5, 0), "b": (0.9, 0), "c": (0.3, 0), "d": (0.2, 0)})
+    lines: list[str] = []
+    free = {"gb": 15.0}  # d (10 GB) fits beside nothing that holds disk, margin 6: 9 to spare
+    out = run_pipeline(
+        pipeline, tmp_path / "r", rec, lines.append, base_env={}, poll_s=0.05,
+        heartbeat_s=0.2, cpus=2, free_gb=lambda: free["gb"],
+    )  # fmt: skip
+    assert [o.state for o in out] == ["passed"] * 4
+    a, b, c, d = (rec.times(n) for n in "abcd")
+    assert a[0] < b[1] and b[0] < a[1], "two cores: a and b side by side"
+    assert c[0] >= a[1] - 0.01, "c waited for a core"
+    assert d[0] >= max(a[1], b[1], c[1]) - 0.01, "d waited until it was alone (its disk)"
+    assert any(li.split("] ", 1)[1].startswith("waiting: c (cores: 2 of 2") for li in lines)
 
 
 def test_a_failed_session_skips_its_dependents_and_shows_its_log_but_others_go_on(
