@@ -10,11 +10,15 @@ aarch64-manylinux_2_36`` (as `halo image build --platform linux/arm64` runs it) 
 ``pip check`` on an arm64 host both refuse the stack: "nvidia-cusparselt-cu13 was built for
 a different platform".
 
-Fix: the Tag line the wheel's file name states, ``py3-none-manylinux2014_aarch64``. The
-install step applies it (it edits only ``*.dist-info`` metadata) before the check.
+Fix: the platform the wheel's file name states, manylinux2014_aarch64, written as its
+PEP 600 name ``py3-none-manylinux_2_17_aarch64`` (the same tag to every installer): so the
+patched file is told apart from an upstream fix, which would write the legacy name as the
+x86_64 wheel does. The install step applies it (it edits only ``*.dist-info`` metadata)
+before the check.
 
-Upstream: a wheel whose WHEEL names a standard platform tag, as the x86_64 wheel of the same
-release already does; there this patch reports ``fixed-upstream``.
+Upstream: a wheel whose WHEEL names manylinux2014's platform, as the x86_64 wheel of the same
+release already does (``Tag: py3-none-manylinux2014_x86_64``); there this patch reports
+``fixed-upstream``.
 """
 
 from halo.patching import Edit, Marker, Patch
@@ -22,7 +26,7 @@ from halo.patching import Edit, Marker, Patch
 FILE = "nvidia_cusparselt_cu13-{version}.dist-info/WHEEL"
 
 DEFECT = "Tag: py3-none-manylinux2014_sbsa\n"
-FIX = "Tag: py3-none-manylinux2014_aarch64\n"
+FIX = "Tag: py3-none-manylinux_2_17_aarch64\n"
 
 PATCH = Patch(
     name="cusparselt-wheel-tag",
@@ -30,6 +34,6 @@ PATCH = Patch(
     versions="==0.8.0",
     summary="state aarch64, the wheel file's platform, for the nonstandard sbsa Tag",
     edits=(Edit(file=FILE, defect=DEFECT, fix=FIX),),
-    # Any Tag that is a standard manylinux platform (x86_64's wheel; a fixed aarch64 one).
-    fixed_upstream=(Marker(file=FILE, pattern=r"^Tag: py3-none-manylinux\w*_(x86_64|aarch64)$"),),
+    # manylinux2014's own name for the platform (x86_64's wheel; an aarch64 one fixed upstream).
+    fixed_upstream=(Marker(file=FILE, pattern=r"^Tag: py3-none-manylinux2014_(x86_64|aarch64)$"),),
 )

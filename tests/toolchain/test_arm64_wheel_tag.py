@@ -56,7 +56,7 @@ def test_the_aarch64_wheel_gets_its_file_names_tag(tmp_path: Path) -> None:
     assert first.result.state is State.APPLIED, first.result.detail
     write_plans([first])
     text = (site / DIST / "WHEEL").read_text()
-    assert "Tag: py3-none-manylinux2014_aarch64\n" in text and "sbsa" not in text
+    assert "Tag: py3-none-manylinux_2_17_aarch64\n" in text and "sbsa" not in text
     assert plan_patch(patch, site).result.state is State.ALREADY_APPLIED
 
 

@@ -25,13 +25,13 @@ SHA = "c" * 64
 NUMPY_2 = "numpy-2.1.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
 
 
-def entry(version: str, file: str, marker: str | None = None) -> str:
+def entry(version: str, file: str, marker: str | None = None, sha: str = SHA) -> str:
     """One more [[packages]] entry of numpy, as TOML to append to a lock."""
     marker_line = f"marker = {marker!r}\n" if marker else ""
     return (
         f'\n[[packages]]\nname = "numpy"\nversion = "{version}"\n{marker_line}'
         f'\n[[packages.wheels]]\npath = "wheels/{file}"\nsize = 1\n'
-        f'\n[packages.wheels.hashes]\nsha256 = "{SHA}"\n'
+        f'\n[packages.wheels.hashes]\nsha256 = "{sha}"\n'
     )
 
 
@@ -56,6 +56,13 @@ NUMPY_BELOW_2 = (
     "blackwell: numpy: numpy-below-2 (2.1.0 in a training set; keep "
     "pins/constraints/training.txt (numpy<2) on it)"
 )
+# blackwell's arm64 twin (pins/sets.toml [platform.arm64]) has numpy 1.26.4 alone: a 2.1.0 in
+# blackwell for any environment is also a version one platform has and the other has not.
+ARM64_TWIN = (
+    "blackwell-arm64: numpy: same-on-every-platform (1.26.4 here, 1.26.4/2.1.0 in blackwell: "
+    "torch, CUDA, NCCL and numpy are one version on every platform; re-lock blackwell-arm64)"
+)
+ALL_HOLD = "pins: 13 sets, 3 source pins, 7 OS locks: all invariants hold"
 
 
 # --- two entries of one package ---------------------------------------------------------------
@@ -71,17 +78,21 @@ def test_a_second_numpy_entry_without_a_marker_is_refused(repo_copy: Path) -> No
         "blackwell: numpy: one-entry (pins/pylock.blackwell.toml has 1.26.4 and 2.1.0 for "
         "CPython 3.11 on x86_64-manylinux_2_36, and no marker tells them apart; re-lock the set)",
         NUMPY_BELOW_2,
+        ARM64_TWIN,
     ]
-    assert err == "halo: 2 pin invariant violation(s)\n"
+    assert err == "halo: 3 pin invariant violation(s)\n"
 
 
 def test_entries_that_markers_tell_apart_pass(repo_copy: Path) -> None:
     """A second numpy for aarch64 never installs on blackwell's x86_64 target: accepted."""
     aarch64 = "numpy-1.26.4-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl"
-    append(repo_copy, "blackwell", entry("1.26.4", aarch64, "platform_machine == 'aarch64'"))
+    # The file's hash as the arm64 twin locks it: one file has one hash in every lock.
+    (twin,) = load_lock(lock_path(REPO / "pins", "blackwell-arm64")).entries("numpy")
+    (sha,) = {a.sha256 for a in twin.artifacts if a.file.endswith(aarch64)}
+    append(repo_copy, "blackwell", entry("1.26.4", aarch64, "platform_machine == 'aarch64'", sha))
     assert load_lock(lock_path(repo_copy / "pins", "blackwell")).entries("numpy")[1].marker
     code, lines, _ = check_cli(repo_copy)
-    assert (code, lines) == (0, ["pins: 7 sets, 3 source pins, 4 OS locks: all invariants hold"])
+    assert (code, lines) == (0, [ALL_HOLD])
 
 
 def test_every_rule_looks_at_every_entry_whatever_its_marker(repo_copy: Path) -> None:
@@ -90,7 +101,7 @@ def test_every_rule_looks_at_every_entry_whatever_its_marker(repo_copy: Path) ->
     cp312 = NUMPY_2.replace("cp311-cp311", "cp312-cp312")
     append(repo_copy, "blackwell", entry("2.1.0", cp312, "python_version >= '3.12'"))
     code, lines, _ = check_cli(repo_copy)
-    assert (code, lines) == (1, [NUMPY_BELOW_2])
+    assert (code, lines) == (1, [NUMPY_BELOW_2, ARM64_TWIN])
 
 
 def pair(a: str | None, b: str | None, versions: tuple[str, str] = ("1.0", "1.1")) -> Pins:

