@@ -744,9 +744,10 @@ def stream_load(
                 info.size, info.mtime, info.mode = path.stat().st_size, epoch, 0o644
                 with path.open("rb") as fh:
                     tar.addfile(info, fh)
-        proc.stdin.close()
     except BrokenPipeError:
         pass
+    # communicate() flushes and closes stdin itself: closed here first, its flush raised
+    # "flush of closed file" after docker had loaded every layer.
     _, err = proc.communicate()
     if proc.returncode != 0:
         raise HaloError(f"docker load: failed: {err.decode(errors='replace').strip()[-300:]}")
