@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -22,6 +24,41 @@ from halo.urls import redact_url, request
 
 ACCEPT = "application/vnd.pypi.simple.v1+json"
 TIMEOUT_S = 60
+# Seconds between tries of a request that failed in a way that passes: a name lookup that
+# timed out ("Temporary failure in name resolution" failed a whole CI run), a reset or timed
+# out connection, an index answering 429 or 5xx. A refused connection or a 404 is not retried.
+RETRY_DELAYS_S = (1.0, 3.0, 9.0)
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether a failed request may succeed if tried again."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return exc.code == 429 or exc.code >= 500
+    if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, BaseException):
+        exc = exc.reason
+    if isinstance(exc, socket.gaierror):
+        return exc.errno == socket.EAI_AGAIN
+    return isinstance(
+        exc,
+        TimeoutError
+        | ConnectionResetError
+        | ConnectionAbortedError
+        | http.client.RemoteDisconnected,
+    )
+
+
+def urlopen(
+    req: urllib.request.Request, delays: tuple[float, ...] = RETRY_DELAYS_S
+) -> http.client.HTTPResponse:
+    """urllib's urlopen, tried again after each of ``delays`` while it fails transiently."""
+    for delay in (*delays, None):
+        try:
+            return urllib.request.urlopen(req, timeout=TIMEOUT_S)
+        except (OSError, http.client.HTTPException) as exc:
+            if delay is None or not transient(exc):
+                raise
+            time.sleep(delay)
+    raise AssertionError("unreachable")
 
 
 @dataclass
@@ -37,7 +74,7 @@ class IndexClient:
                 url = urllib.parse.urljoin(base, f"{key}/")
                 req = request(url, headers={"Accept": ACCEPT})
                 try:
-                    with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
+                    with urlopen(req) as resp:
                         page = json.load(resp)
                 except urllib.error.HTTPError as exc:
                     if exc.code == 404:
@@ -78,7 +115,7 @@ class IndexClient:
         """(Content-Length or None, the body in chunks); a dropped connection is one line."""
         name = urllib.parse.urlsplit(redact_url(url)).path.rsplit("/", 1)[-1] or redact_url(url)
         try:
-            resp = urllib.request.urlopen(request(url), timeout=TIMEOUT_S)
+            resp = urlopen(request(url))
         except (OSError, http.client.HTTPException) as exc:
             raise HaloError(f"{name}: download failed ({exc})") from None
         length = resp.headers.get("Content-Length")
