@@ -402,6 +402,16 @@ def bench(session: nox.Session) -> None:
     session.run("python", "ci/bench.py", *session.posargs)
 
 
+@nox.session(name="bench-trainer", python=PYTHON)
+def bench_trainer(session: nox.Session) -> None:
+    """The bench's trainer row alone (`bench -- --only trainer`). Its budget is on tokens per
+    CPU-second of each side, run in turn, so it may run beside other work: CI starts it in
+    the suite's tail, and the wall-clock rows run alone in `bench`."""
+    _halo(session)
+    session.install("-e", ".[train]", *BENCH_TRAINER, silent=True)
+    session.run("python", "ci/bench.py", "--only", "trainer", *session.posargs)
+
+
 @nox.session(name="device-check", python=PYTHON)
 def device_check(session: nox.Session) -> None:
     """Bundle what a lent GPU machine lacks (<= 64 MiB) and print its one command (docs/gpu.md).
