@@ -63,18 +63,7 @@ def save(
     if ctx.is_main:
         dirname = checkpoint.name(tr.lineage, epoch, tr.step)
         log(ctx, f"checkpoint: writing {dirname} ({reason})")
-        meta = {
-            "step": tr.step,
-            "epoch": epoch,
-            "lineage": tr.lineage,
-            "method": tr.method.name,
-            "job_name": cfg.runtime.job_name,
-            "reason": reason,
-            "global_batch_size": cfg.training.global_batch_size,
-            "seed": cfg.training.seed,
-            "world_size": ctx.world,
-            **(extra_meta or {}),
-        }
+        meta = _meta(tr, reason, epoch, extra_meta)
         state = {"optimizer": osd, "scheduler": tr.scheduler.state_dict(), "rng": rng_state()}
         path = checkpoint.write(
             cfg.job_dir,
@@ -90,14 +79,12 @@ def save(
     return path
 
 
-def _save_sharded(
-    tr: Trainer, reason: str, epoch: int, extra_meta: dict[str, Any] | None, hook_sleep: float
-) -> Path | None:
-    """The DCP form of ``save`` (halo.train.parallel.dcp): every rank writes its shards."""
+def _meta(
+    tr: Trainer, reason: str, epoch: int, extra_meta: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The checkpoint record's fields, the same whether the weights are one file or shards."""
     ctx, cfg = tr.ctx, tr.cfg
-    dirname = checkpoint.name(tr.lineage, epoch, tr.step)
-    log(ctx, f"checkpoint: writing {dirname} ({reason}, sharded)")
-    meta = {
+    return {
         "step": tr.step,
         "epoch": epoch,
         "lineage": tr.lineage,
@@ -109,6 +96,16 @@ def _save_sharded(
         "world_size": ctx.world,
         **(extra_meta or {}),
     }
+
+
+def _save_sharded(
+    tr: Trainer, reason: str, epoch: int, extra_meta: dict[str, Any] | None, hook_sleep: float
+) -> Path | None:
+    """The DCP form of ``save`` (halo.train.parallel.dcp): every rank writes its shards."""
+    ctx, cfg = tr.ctx, tr.cfg
+    dirname = checkpoint.name(tr.lineage, epoch, tr.step)
+    log(ctx, f"checkpoint: writing {dirname} ({reason}, sharded)")
+    meta = _meta(tr, reason, epoch, extra_meta)
     state = {"scheduler": tr.scheduler.state_dict(), "rng": rng_state()}
     path = dcp.save(
         tr, dirname, state, meta, lambda f: export.write_hf_files(f, tr.conf, tr.tok), hook_sleep
