@@ -13,7 +13,7 @@ addresses where nothing answers, so a command that gets past its inputs fails fa
 from __future__ import annotations
 
 import argparse
-import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from halo_forks import HaloForks
 from support import COPY_IGNORE, REPO, tree_listing
 
 from halo.cli import build_parser
@@ -169,25 +170,41 @@ def argv_for(name: str, scratch: Path) -> list[str]:
     return argv
 
 
-def _digest(root: Path) -> dict[str, str]:
+def _digest(root: Path) -> dict[str, tuple[int, ...]]:
+    """What a write leaves on each path: its inode (a file replaced), size, mode and mtime in
+    nanoseconds (a file written in place, a link shared with the template included)."""
     out = {}
     for path in sorted(root.rglob("*")):
-        if path.is_file():
-            out[path.relative_to(root).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
-        elif path.is_dir():
-            out[path.relative_to(root).as_posix()] = "dir"
+        st = path.lstat()
+        out[path.relative_to(root).as_posix()] = (st.st_ino, st.st_size, st.st_mode, st.st_mtime_ns)
     return out
 
 
-def run(argv: list[str], repo: Path, env: dict[str, str], wrap: list[str] | None = None):  # type: ignore[no-untyped-def]
-    import os
+@pytest.fixture(scope="module")
+def forks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HaloForks]:
+    server = HaloForks(tmp_path_factory.mktemp("halo-forks"))
+    yield server
+    server.close()
 
-    cmd = [*(wrap or []), sys.executable, "-m", "halo", *argv]
+
+def run(  # type: ignore[no-untyped-def]
+    argv: list[str],
+    repo: Path,
+    env: dict[str, str],
+    wrap: list[str] | None = None,
+    forks: HaloForks | None = None,
+):
+    """``halo ARGV`` in ``repo``; forked from ``forks`` where given, else a new interpreter
+    (a mount namespace's wrapper needs one)."""
+
+    full_env = {**os.environ, **SANDBOX, **env}
     try:
+        if forks is not None and not wrap:
+            return forks.run(argv, repo, full_env, timeout=120)
         return subprocess.run(
-            cmd,
+            [*(wrap or []), sys.executable, "-m", "halo", *argv],
             cwd=repo,
-            env={**os.environ, **SANDBOX, **env},
+            env=full_env,
             capture_output=True,
             text=True,
             timeout=120,
@@ -210,10 +227,23 @@ def check_answer(proc, argv: list[str], exact_one_line: bool) -> None:  # type: 
         assert len(lines) == 1, shown
 
 
-@pytest.fixture
-def sandbox(tmp_path: Path) -> dict[str, Path]:
-    repo = tmp_path / "repo"
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One copy of the checkout per test process; each sandbox links to its files."""
+    repo = tmp_path_factory.mktemp("template") / "repo"
     shutil.copytree(REPO, repo, ignore=COPY_IGNORE)
+    return repo
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path, template: Path) -> dict[str, Path]:
+    """A checkout of hard links to the template's files (a copy of each took most of a case's
+    time), but for the input files that the faults break, which are copies of their own."""
+    repo = tmp_path / "repo"
+    shutil.copytree(template, repo, copy_function=os.link)
+    for rel in INPUTS:
+        (repo / rel).unlink()
+        shutil.copy2(template / rel, repo / rel)
     for name in ("store", "cache", "scratch", "scratch-out"):
         (tmp_path / name).mkdir()
     (tmp_path / "scratch-out" / "site").mkdir()
@@ -246,13 +276,13 @@ def _nothing_written(box: dict[str, Path], before: dict[str, str]) -> None:
 @pytest.mark.parametrize("fault", sorted(FILE_FAULTS))
 @pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
 def test_every_subcommand_with_every_input_file_broken(
-    sandbox: dict[str, Path], fault: str, name: str
+    sandbox: dict[str, Path], forks: HaloForks, fault: str, name: str
 ) -> None:
     for rel, kind in INPUTS.items():
         FILE_FAULTS[fault](sandbox["repo"] / rel, rel, kind)
     before = _digest(sandbox["repo"])
     argv = argv_for(name, sandbox["out"])
-    proc = run(argv, sandbox["repo"], _env(sandbox))
+    proc = run(argv, sandbox["repo"], _env(sandbox), forks=forks)
     check_answer(proc, argv, exact_one_line=True)
     _nothing_written(sandbox, before)
 
@@ -274,7 +304,7 @@ def _wrap(fault: str, target: Path) -> list[str]:
 @pytest.mark.parametrize("fault", sorted(ENV_FAULTS))
 @pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
 def test_every_subcommand_where_it_writes_is_broken(
-    sandbox: dict[str, Path], fault: str, name: str
+    sandbox: dict[str, Path], forks: HaloForks, fault: str, name: str
 ) -> None:
     env = _env(sandbox)
     target = Path(env[ENV_FAULTS[fault]])
@@ -286,7 +316,7 @@ def test_every_subcommand_where_it_writes_is_broken(
         wrap = _wrap(fault, target)
     before = _digest(sandbox["repo"])
     argv = argv_for(name, sandbox["out"])
-    proc = run(argv, sandbox["repo"], env, wrap)
+    proc = run(argv, sandbox["repo"], env, wrap, forks)
     check_answer(proc, argv, exact_one_line=False)
     assert _digest(sandbox["repo"]) == before, "the checkout changed"
 
@@ -343,7 +373,6 @@ except HaloError as exc:
 def test_a_store_that_cannot_be_written_is_one_line_naming_where(
     tmp_path: Path, fault: str, reason: str
 ) -> None:
-    import os
 
     store = tmp_path / "store"
     store.mkdir()
@@ -368,7 +397,6 @@ def test_a_store_that_cannot_be_written_is_one_line_naming_where(
 def test_an_output_that_cannot_be_written_is_one_line_naming_it(tmp_path: Path) -> None:
     """No module names this path itself: the CLI's net for OSErrors does."""
     import json
-    import os
 
     inputs = tmp_path / "build-inputs.json"
     record = {"image": "cpu", "image_ref": "halo:cpu-0", "input_hash": "0" * 64}

@@ -32,11 +32,14 @@ def test_cpu_run_is_offline_credential_free_and_mounts_the_checkout_read_only(
             "HALO_DATA_ROOT",
             "HALO_SCRATCH",
             "PYTHONDONTWRITEBYTECODE",
+            "PYTHONPYCACHEPREFIX",
             "USER",
         }
         for e in envs
     )
     assert args[-3:] == ["halo:cpu", "python", "-V"]
+    # Bytecode to the container's /tmp: the image's PYTHONDONTWRITEBYTECODE=1 is overridden.
+    assert "PYTHONDONTWRITEBYTECODE=" in envs and "PYTHONPYCACHEPREFIX=/tmp/halo-pycache" in envs
 
 
 def test_read_only_run_as_another_user_writes_only_to_scratch_and_tmp(tmp_path: Path) -> None:
