@@ -230,6 +230,10 @@ def snapshot(root: Path, under: str) -> Snapshot:
     is what a later step wrote (writes are whole files: new ones, or atomic replacements)."""
     out: Snapshot = {}
     for rel in tree(root, under):
+        if "__pycache__" in rel.split("/"):
+            # Never layered (tidy removes it): bytecode that a step wrote and tidy removed
+            # again became a whiteout in a folder no layer has, and docker load failed.
+            continue
         st = (root / rel).lstat()
         if not stat.S_ISDIR(st.st_mode):
             out[rel] = (st.st_ino, st.st_size, st.st_mtime_ns)
@@ -557,7 +561,7 @@ def real_interpreter(python: str) -> str:
     """The interpreter's own executable: a launcher (a pyenv shim) execs another, and a venv
     linked to the launcher would not be one (its python would run outside it)."""
     proc = subprocess.run(
-        [python, "-I", "-c", "import sys; print(sys.executable)"],
+        [python, "-I", "-B", "-c", "import sys; print(sys.executable)"],
         capture_output=True,
         text=True,
         check=False,
@@ -570,7 +574,9 @@ def real_interpreter(python: str) -> str:
 def require_venv(venv: Path) -> None:
     """Fail closed unless the staged venv's python is that venv: uv installs where it says."""
     proc = subprocess.run(
-        [str(venv / "bin" / "python"), "-I", "-c", "import sys; print(sys.prefix)"],
+        # -B: -I ignores PYTHONDONTWRITEBYTECODE, and site's .pth files (setuptools'
+        # _distutils_hack) would leave bytecode in the staged venv.
+        [str(venv / "bin" / "python"), "-I", "-B", "-c", "import sys; print(sys.prefix)"],
         capture_output=True,
         text=True,
         check=False,
