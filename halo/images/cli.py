@@ -6,22 +6,12 @@ import argparse
 from pathlib import Path
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    image = sub.add_parser("image", help="plan, build and publish images")
-    isub = image.add_subparsers(dest="image_command", metavar="ACTION", required=True)
-
-    p = isub.add_parser(
-        "build", help="build images hermetically (no-op when the input hash exists)"
-    )
+def _names_or_all(p: argparse.ArgumentParser, all_help: str) -> None:
     p.add_argument("names", nargs="*", metavar="NAME")
-    p.add_argument(
-        "--all", action="store_true", help="every image in the catalog, in dependency order"
-    )
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="rebuild from scratch (no layer cache) even if the input hash is already tagged",
-    )
+    p.add_argument("--all", action="store_true", help=all_help)
+
+
+def _platform(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--platform",
         default="linux/amd64",
@@ -29,14 +19,29 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="the target platform: linux/amd64 (default) or linux/arm64 (assembled here with "
         "uv installing for it; nothing runs under emulation)",
     )
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    image = sub.add_parser("image", help="plan, build and publish images")
+    isub = image.add_subparsers(dest="image_command", metavar="ACTION", required=True)
+
+    p = isub.add_parser(
+        "build", help="build images hermetically (no-op when the input hash exists)"
+    )
+    _names_or_all(p, "every image in the catalog, in dependency order")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="rebuild from scratch (no layer cache) even if the input hash is already tagged",
+    )
+    _platform(p)
     p.set_defaults(func=_build)
 
     p = isub.add_parser(
         "kernels",
         help="realise an image's source derivations: from the store, the cache, or compiled offline",
     )
-    p.add_argument("names", nargs="*", metavar="NAME")
-    p.add_argument("--all", action="store_true", help="every image in the catalog")
+    _names_or_all(p, "every image in the catalog")
     p.add_argument(
         "--only", action="append", default=[], metavar="SOURCE", help="only this source pin"
     )
@@ -56,15 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_kernels)
 
     p = isub.add_parser("plan", help="print what a build would do, without Docker")
-    p.add_argument("names", nargs="*", metavar="NAME")
-    p.add_argument("--all", action="store_true", help="every image in the catalog")
-    p.add_argument(
-        "--platform",
-        default="linux/amd64",
-        metavar="OS/ARCH",
-        help="the target platform: linux/amd64 (default) or linux/arm64 (assembled here with "
-        "uv installing for it; nothing runs under emulation)",
-    )
+    _names_or_all(p, "every image in the catalog")
+    _platform(p)
     p.add_argument(
         "--json",
         action="store_true",
@@ -83,15 +81,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "verify",
         help="rebuild from scratch and compare image IDs with the image built here (exit 1 if they differ)",
     )
-    p.add_argument("names", nargs="*", metavar="NAME")
-    p.add_argument("--all", action="store_true", help="every image in the catalog")
-    p.add_argument(
-        "--platform",
-        default="linux/amd64",
-        metavar="OS/ARCH",
-        help="the target platform: linux/amd64 (default) or linux/arm64 (assembled here with "
-        "uv installing for it; nothing runs under emulation)",
-    )
+    _names_or_all(p, "every image in the catalog")
+    _platform(p)
     p.set_defaults(func=_verify)
 
     p = isub.add_parser(
@@ -138,13 +129,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "base", help="make (or find) the base of an image: the fetch phase of its OS layer"
     )
     p.add_argument("names", nargs="+", metavar="NAME")
-    p.add_argument(
-        "--platform",
-        default="linux/amd64",
-        metavar="OS/ARCH",
-        help="the target platform: linux/amd64 (default) or linux/arm64 (assembled here with "
-        "uv installing for it; nothing runs under emulation)",
-    )
+    _platform(p)
     p.set_defaults(func=_base)
 
     p = isub.add_parser(
