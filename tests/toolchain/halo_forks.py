@@ -36,6 +36,7 @@ def child(req):
     os.chdir(req["cwd"])
     os.environ.clear()
     os.environ.update(req["env"])
+    sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))  # as at a start
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     for fd, path in ((1, req["stdout"]), (2, req["stderr"])):
         opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -42,6 +42,9 @@ SANDBOX = {
     "HALO_STAGING_REGISTRY": "127.0.0.1:9/halo-test-staging",
     "HF_HUB_OFFLINE": "1",
     "HF_ENDPOINT": "http://127.0.0.1:9",
+    # Python's own cache, not a write of halo's: `halo patches apply` imports the checkout's
+    # patch modules, whose bytecode would land in the checkout where the machine lets it.
+    "PYTHONDONTWRITEBYTECODE": "1",
 }
 # The input files and their syntax. The locks and the trainer's configs are other modules'
 # (they read them through halo.schema too); their faults are here so every command is covered.
