@@ -136,6 +136,13 @@ def test_max_duration_hours_stops_the_job_gracefully(
         time.sleep(2)
     status = ok(job(tmp_path, "status", name))
     assert "exited" in status, status
-    timer = (tmp_path / "jobs" / name / "timer.log").read_text()
+    # The timer is a process of its own: it reports the checkpoint after the job has exited
+    # (reading the config for it took seconds on a loaded machine; read at once, its last
+    # line was not there yet).
+    timer_log = tmp_path / "jobs" / name / "timer.log"
+    deadline = time.monotonic() + 120
+    while "latest checkpoint" not in timer_log.read_text() and time.monotonic() < deadline:
+        time.sleep(1)
+    timer = timer_log.read_text()
     assert "max_duration_hours reached" in timer and "(signal)" in timer, timer
     assert meta(checkpoints(tmp_path, name)[-1])["reason"] == "signal"
