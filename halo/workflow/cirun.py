@@ -43,7 +43,7 @@ def dry_run(pipeline: Pipeline) -> str:
         f"{pipeline.target_minutes:g} min, limit {pipeline.limit_minutes:g} min; room for "
         f"{room} cores, the free disk less {pipeline.disk_margin_gb:g} GB"
     )
-    cols = ("session", "after", "", "cores", "disk GB", "budget (min)")
+    cols = ("session", "after", "alone", "cores", "disk GB", "budget (min)")
     return head + "\n" + table(cols, rows)
 
 
