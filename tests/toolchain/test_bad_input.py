@@ -199,7 +199,6 @@ def run(  # type: ignore[no-untyped-def]
 ):
     """``halo ARGV`` in ``repo``; forked from ``forks`` where given, else a new interpreter
     (a mount namespace's wrapper needs one)."""
-
     full_env = {**os.environ, **SANDBOX, **env}
     try:
         if forks is not None and not wrap:
@@ -268,7 +267,7 @@ def _env(box: dict[str, Path]) -> dict[str, str]:
     }
 
 
-def _nothing_written(box: dict[str, Path], before: dict[str, str]) -> None:
+def _nothing_written(box: dict[str, Path], before: dict[str, tuple[int, ...]]) -> None:
     assert _digest(box["repo"]) == before, "the checkout changed"
     assert tree_listing(box["store"]) == [] or not box["store"].is_dir()
     assert tree_listing(box["cache"]) == [] if box["cache"].is_dir() else True
@@ -376,7 +375,6 @@ except HaloError as exc:
 def test_a_store_that_cannot_be_written_is_one_line_naming_where(
     tmp_path: Path, fault: str, reason: str
 ) -> None:
-
     store = tmp_path / "store"
     store.mkdir()
     wrap: list[str] = []
