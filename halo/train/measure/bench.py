@@ -7,8 +7,10 @@ Both train the ~30M-parameter Llama of examples/bench/config.yaml from the same 
 SFT example's chats (assistant tokens only), batch 8, one epoch (8 steps), on the CPU, each
 in its own process. Throughput is tokens (non-padding, as each side counts them) over the
 summed time of the optimizer steps after the first two (start-up and warm-up excluded), in wall seconds and in CPU seconds of
-the process; the budget is on the latter, which a busy neighbour does not inflate. The two alternate (ours, TRL, TRL,
-ours, ...), so a busy neighbour on a shared machine slows both, and the medians are compared.
+the process; the budget is on the latter. Each side trains on one thread: with torch's default
+of one per core, its OpenMP workers spin while a neighbour holds a core, and a busy CI machine
+cut both sides' tokens per CPU second by 2.5-7x, unevenly (0.64x where alone it was 1.35x;
+measured). The two alternate (ours, TRL, TRL, ours, ...), and the medians are compared.
 TRL is not a trainer dependency: the bench's own environment (`nox -s bench`) installs it.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -38,6 +41,10 @@ Step = tuple[int, float, float]
 WARMUP_STEPS = 2
 
 
+def _one_thread() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 def _rates(steps: list[Step]) -> tuple[float, float]:
     """(tokens per wall second, tokens per CPU second) over the steps after the warm-up."""
     timed = steps[WARMUP_STEPS:] or steps
@@ -49,7 +56,7 @@ def ours(config: Path, tmp: Path) -> list[Step]:
     """`halo launch sft` as a user runs it; per-step (tokens, seconds) from metrics.jsonl."""
     argv = [sys.executable, "-m", "halo", "launch", "sft", str(config), "--"]
     argv += [f"--runtime.paths.checkpoints={tmp / 'ck'}", f"--runtime.paths.logs={tmp / 'logs'}"]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=_one_thread())
     if proc.returncode != 0:
         raise SystemExit(f"bench: halo launch failed: {proc.stderr.strip()[-800:]}")
     rows = [
@@ -62,7 +69,7 @@ def ours(config: Path, tmp: Path) -> list[Step]:
 def trl(config: Path, tmp: Path) -> list[Step]:
     out = tmp / "trl.json"
     argv = [sys.executable, "-m", "halo.train.measure.bench", "--trl", str(config), str(out)]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=_one_thread())
     if proc.returncode != 0:
         raise SystemExit(f"bench: TRL run failed: {proc.stderr.strip()[-800:]}")
     return [tuple(x) for x in json.loads(out.read_text())]  # type: ignore[misc]
