@@ -6,11 +6,13 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from halo.pins.deblocking import Load
     from halo.pins.invariants import ImagePython
 
 
@@ -182,12 +184,14 @@ def _lock_os(args: argparse.Namespace, pins_dir: Path) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from halo.pins.deblock import load_deb_lock
     from halo.pins.invariants import check_all
     from halo.pins.locking import load_all
 
+    load = functools.cache(load_deb_lock)  # the images' Pythons and the OS checks read the same
     state = load_all(_pins_dir())
-    violations = check_all(state, images=_image_pythons())
-    violations += _check_os()
+    violations = check_all(state, images=_image_pythons(load))
+    violations += _check_os(load)
     for line in violations:
         print(line)
     if violations:
@@ -200,15 +204,15 @@ def _check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_os() -> list[str]:
+def _check_os(load: Load) -> list[str]:
     """The OS locks' invariants, and that each answers its base's inputs (offline)."""
     from halo.pins.deblocking import drift
 
     pins_dir = _pins_dir()
-    return [line for inputs in _os_inputs([]) for line in drift(pins_dir, inputs)]
+    return [line for inputs in _os_inputs([]) for line in drift(pins_dir, inputs, load)]
 
 
-def _image_pythons() -> list[ImagePython]:
+def _image_pythons(load: Load) -> list[ImagePython]:
     """Each catalog image's pin set with the CPython its base ships (the OS lock's python3.X),
     and the builder's set with its builder base's: wheels for another CPython would not
     install there. Bases not made here from an OS lock ship no Python known to the check."""
@@ -216,7 +220,7 @@ def _image_pythons() -> list[ImagePython]:
     from halo.images.evaluate.derivations import BUILDER_SET
     from halo.images.graph import PLATFORMS, base_lock_name, set_for
     from halo.paths import find_repo
-    from halo.pins.deblock import cpython_of, deb_lock_path, load_deb_lock
+    from halo.pins.deblock import cpython_of, deb_lock_path
     from halo.pins.invariants import ImagePython
 
     catalog = load_catalog(find_repo())
@@ -235,7 +239,7 @@ def _image_pythons() -> list[ImagePython]:
                 twin = base_lock_name(base_name, platform)
                 if twin not in shipped:
                     path = deb_lock_path(_pins_dir(), twin)
-                    shipped[twin] = cpython_of(load_deb_lock(path)) if path.is_file() else None
+                    shipped[twin] = cpython_of(load(path)) if path.is_file() else None
                 if (ships := shipped[twin]) is not None:
                     name = image.name + platform.suffix
                     out.append(ImagePython(name, set_for(pin_set, platform), twin, ships))

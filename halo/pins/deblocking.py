@@ -25,14 +25,19 @@ from halo.pins.deblock import (
 )
 
 Resolve = Callable[[DebInputs], DebLock]
+Load = Callable[[Path], DebLock]
 
 
-def drift(pins_dir: Path, inputs: DebInputs) -> list[str]:
-    """Why the committed lock of ``inputs.base`` no longer answers its inputs ([] if it does)."""
+def drift(pins_dir: Path, inputs: DebInputs, load: Load = load_deb_lock) -> list[str]:
+    """Why the committed lock of ``inputs.base`` no longer answers its inputs ([] if it does).
+
+    ``load`` reads a lock file: `halo pins check` passes one that remembers, since it reads
+    the same OS locks for the images' Pythons (each lock parsed once: the check has a 1 s budget).
+    """
     path = deb_lock_path(pins_dir, inputs.base)
     if not path.is_file():
         return [f"{path}: no OS lock; run `halo pins lock --os {inputs.base}`"]
-    return check_deb_lock(load_deb_lock(path), f"pins/{path.name}", inputs)
+    return check_deb_lock(load(path), f"pins/{path.name}", inputs)
 
 
 def lock_bases(
