@@ -30,6 +30,29 @@ def test_committed_pins_pass_check() -> None:
     assert proc.stdout == "pins: 13 sets, 3 source pins, 7 OS locks: all invariants hold\n"
 
 
+def test_pins_check_parses_each_os_lock_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The images' Pythons and the OS locks' drift read the same files: parsed once each (the
+    check has a 1 s budget, and a deb lock is the largest TOML it reads after the pylocks)."""
+    import argparse
+    from collections import Counter
+
+    from halo.pins import cli, deblock
+
+    parsed: Counter[str] = Counter()
+    real = deblock.load_deb_lock
+
+    def counting(path: Path) -> deblock.DebLock:
+        parsed[Path(path).name] += 1
+        return real(path)
+
+    monkeypatch.setattr(deblock, "load_deb_lock", counting)
+    monkeypatch.chdir(REPO)
+    assert cli._check(argparse.Namespace()) == 0, capsys.readouterr()
+    assert len(parsed) == 7 and set(parsed.values()) == {1}, parsed
+
+
 def test_committed_locks_name_files_never_locations() -> None:
     for name in SETS:
         text = (lock_path(REPO / "pins", name)).read_text()
