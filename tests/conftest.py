@@ -5,6 +5,15 @@ from __future__ import annotations
 import functools
 
 import pytest
+from xdist_groups import (
+    pytest_configure_node,
+    pytest_unconfigure,
+    pytest_xdist_make_scheduler,
+    record_groups,
+)
+
+# pytest collects hooks from this module's names: xdist_groups' are its for the whole suite.
+__all__ = ["pytest_configure_node", "pytest_unconfigure", "pytest_xdist_make_scheduler"]
 
 GPU_MARKERS = ("gpu_core", "gpu_full")
 
@@ -26,6 +35,7 @@ def _gpu_absent_reason() -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    record_groups(config, items)
     for item in items:
         if any(item.get_closest_marker(m) for m in GPU_MARKERS):
             reason = _gpu_absent_reason()
