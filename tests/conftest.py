@@ -12,7 +12,7 @@ from xdist_groups import (
     record_groups,
 )
 
-# pytest collects hooks from this module's names: xdist_groups' are its for the whole suite.
+# pytest finds hooks by name in this module: the imported ones serve the whole suite.
 __all__ = ["pytest_configure_node", "pytest_unconfigure", "pytest_xdist_make_scheduler"]
 
 GPU_MARKERS = ("gpu_core", "gpu_full")
