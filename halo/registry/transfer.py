@@ -2,8 +2,8 @@
 
 `docker push` needs a tag and compresses as it likes; here a local image is read from
 `docker save` (the config exactly as docker holds it, so the image ID is kept), each layer
-is gzip-compressed deterministically (no timestamp or name in the header), checked against
-the config's diff_ids, and uploaded; the manifest is then PUT by its digest. No tag is
+is gzip-compressed deterministically (no timestamp or name in the header; ISA-L's deflate at
+level 1), checked against the config's diff_ids, and uploaded; the manifest is then PUT by its digest. No tag is
 involved: tags are set afterwards, by `halo.images.publish`, on a digest already there.
 
 What was exported for an image ID is remembered (manifest and config, in the cache), so
@@ -13,7 +13,6 @@ docker.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import io
 import json
@@ -32,7 +31,12 @@ from halo.registry.refs import Repo
 
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 OCI_LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
-GZIP_LEVEL = 1  # measured: 3x faster than 6, 2 % larger; the registry stores what we send
+# ISA-L's deflate at level 1 (isal, a toolchain dependency): measured on a tar of CPython's
+# library, 321 MB/s of CPU against zlib's 51 at level 1, the same size to 1 %. A GPU image's
+# stack layer is tens of GB, so this is the stage's largest cost. The bytes are the same on
+# every x86-64 with SSE4.2 (igzip's one dispatch point); the registry stores what we send, and
+# an image is known by its config's digest, the image ID, which compression does not touch.
+GZIP_LEVEL = 1
 _CHUNK = 1 << 20
 _SMALL = 1 << 20  # members this small stay in memory (configs, metadata)
 
@@ -87,15 +91,29 @@ class _Hashing:
 
 def _compress(src: IO[bytes], dest: Path) -> tuple[str, str, int]:
     """gzip ``src`` into ``dest``; returns (diff_id, digest, size)."""
+    try:  # here, not at the top: promote copies blobs and needs no compressor
+        from isal import igzip
+    except ImportError:
+        raise HaloError(
+            "compressing a layer needs isal, of halo's toolchain extra "
+            "(pip install 'halo-posttrain[toolchain]')"
+        ) from None
     raw = hashlib.sha256()
     with dest.open("wb") as fh:
         sink = _Hashing(fh)
-        with gzip.GzipFile(
+        with igzip.GzipFile(
             filename="", mode="wb", compresslevel=GZIP_LEVEL, fileobj=sink, mtime=0
         ) as gz:  # type: ignore[arg-type]
+            # ISA-L's output depends on how its input is cut (zlib's does not): always whole
+            # _CHUNKs, however the source reads (a pipe returns what it has).
+            pending = bytearray()
             while chunk := src.read(_CHUNK):
                 raw.update(chunk)
-                gz.write(chunk)
+                pending += chunk
+                while len(pending) >= _CHUNK:
+                    gz.write(bytes(pending[:_CHUNK]))
+                    del pending[:_CHUNK]
+            gz.write(bytes(pending))
     return "sha256:" + raw.hexdigest(), "sha256:" + sink.sha.hexdigest(), sink.size
 
 
