@@ -25,19 +25,33 @@ REFUSED_LOG = "/tmp/halo-refused.log"  # inside the build container
 # The first-object probe: torch's cpp_extension compiles through $PYTORCH_NVCC, this script.
 # It compiles one object with the toolchain's nvcc, hands the object and its command line back
 # in /out, then fails the build on purpose; the Dockerfile lets a build end so only when that
-# record is there. Calls that compile nothing (nvcc --version) pass straight through.
+# record is there. Calls that compile nothing (nvcc --version) pass straight through. With
+# $HALO_PROBE_SOURCE (the pin's `probe`), the object is that source's: every other compile
+# before it leaves an empty stand-in (and its dependency file, which ninja reads), so the
+# build goes on to it and stops there, before anything links.
 PROBE_RECORD, PROBE_OBJECT = "first-nvcc.txt", "first.o"
+PROBE_SOURCE = "HALO_PROBE_SOURCE"
 _NVCC_ONCE = f"""#!/bin/sh
 nvcc="$CUDA_HOME/bin/nvcc"
 case " $* " in *" -c "*) ;; *) exec "$nvcc" "$@" ;; esac
+out="" dep="" chosen="" prev=""
+for arg in "$@"; do
+  [ "$prev" = "-o" ] && out="$arg"
+  [ "$prev" = "--dependency-output" ] && dep="$arg"
+  case "$arg" in *"/${{{PROBE_SOURCE}:-/}}") chosen=1 ;; esac
+  prev="$arg"
+done
+if [ -n "${{{PROBE_SOURCE}:-}}" ] && [ -z "$chosen" ]; then
+  : > "$out"
+  [ -z "$dep" ] || printf '%s:\\n' "$out" > "$dep"
+  exit 0
+fi
 start=$(date +%s)
 "$nvcc" "$@"
 rc=$?
 end=$(date +%s)
-out="" prev=""
-for arg in "$@"; do [ "$prev" = "-o" ] && out="$arg"; prev="$arg"; done
 [ "$rc" -eq 0 ] && [ -n "$out" ] && [ -f "$out" ] && cp "$out" /out/{PROBE_OBJECT}
-printf 'rc=%s nvcc=%s seconds=%s\n%s\n' "$rc" "$nvcc" "$((end - start))" "$*" \
+printf 'rc=%s nvcc=%s seconds=%s\\n%s\\n' "$rc" "$nvcc" "$((end - start))" "$*" \\
   > /out/{PROBE_RECORD}
 exit 99
 """
@@ -55,6 +69,7 @@ def stage_context(
     store: Store,
     patches_dir: Path,
     probe: bool = False,
+    probe_source: str = "",
 ) -> None:
     shutil.copytree(src, ctx / "src", symlinks=True)
     stage_wheels(ctx / "wheels", tc.requirements, store)
@@ -65,6 +80,8 @@ def stage_context(
         once.write_text(_NVCC_ONCE)
         once.chmod(0o755)
         env = {**env, "PYTORCH_NVCC": "/tmp/halo-env/nvcc-once"}
+        if probe_source:
+            env[PROBE_SOURCE] = probe_source
     (ctx / "env" / "build.env").write_text(
         "".join(f"{k}={_sh_quote(v)}\n" for k, v in sorted(env.items()))
     )
@@ -86,10 +103,14 @@ class DockerBuild:
     docker: Docker
     store: Store
     label: str  # the derivation's name, for messages
+    probe_source: str = ""  # the source the probe compiles (the pin's `probe`; "": the first)
 
     def run(self, probe: bool = False) -> Path:
         ctx, out = self.work / "ctx", self.work / "out"
-        stage_context(ctx, self.tc, self.src, self.env, self.store, self.repo / "patches", probe)
+        stage_context(
+            ctx, self.tc, self.src, self.env, self.store, self.repo / "patches", probe,
+            self.probe_source,
+        )  # fmt: skip
         parallel = {**self.parallel, "MAX_JOBS": "1"} if probe else dict(self.parallel)
         self.docker.build(
             context=ctx,

@@ -45,6 +45,7 @@ class SourcePin:
     cuda_arch: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     submodules: tuple[Submodule, ...] = ()
+    probe: str = ""  # the source the first-object probe compiles ("": ninja's first)
 
     @property
     def key(self) -> str:
@@ -74,6 +75,10 @@ class SourcePinSpec(Strict):
         Annotated[str, matches(r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name")], str
     ] = Field(default_factory=dict)
     submodule: list[SubmoduleSpec] = Field(default_factory=list)
+    # The one CUDA source that `halo image kernels --first-object` compiles (a path in the
+    # tree, under `subdirectory`), instead of whichever one the build's ninja schedules first.
+    # Not an input of the derivation's hash: the wheel's build compiles every source.
+    probe: RelativePath | None = None
 
 
 class SourcesFile(Strict):
@@ -113,6 +118,7 @@ def parse_source_pins(text: str, origin: str) -> tuple[SourcePin, ...]:
                     )
                     for m in spec.submodule
                 ),
+                probe=spec.probe or "",
             )
         )
     found.check()

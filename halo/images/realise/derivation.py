@@ -172,7 +172,7 @@ def _docker_job(
     assert r.docker is not None  # checked by _staged
     return DockerBuild(
         drv.toolchain, src, drv.pin.subdirectory, dict(drv.env), parallel, work, r.repo,
-        r.docker, r.store, drv.name,
+        r.docker, r.store, drv.name, drv.pin.probe,
     )  # fmt: skip
 
 
