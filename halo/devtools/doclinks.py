@@ -87,7 +87,13 @@ def check_file(path: Path, repo: Path) -> list[Broken]:
                     broken.append(Broken(path, number, target, "not a valid URL"))
                 continue
             file_part, _, fragment = target.partition("#")
-            dest = (path.parent / urllib.parse.unquote(file_part)).resolve() if file_part else path
+            try:
+                dest = (
+                    (path.parent / urllib.parse.unquote(file_part)).resolve() if file_part else path
+                )
+            except (OSError, RuntimeError):  # a symlink loop: RuntimeError before Python 3.13
+                broken.append(Broken(path, number, target, "cannot be resolved (a symlink loop)"))
+                continue
             if file_part and not dest.exists():
                 broken.append(Broken(path, number, target, "no such file"))
                 continue

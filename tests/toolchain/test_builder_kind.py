@@ -120,6 +120,10 @@ def _labelled_stand_in(docker, ref: str, recipe: str, tmp: Path) -> None:  # typ
     )
 
 
+@pytest.mark.xdist_group(
+    "base-tags"
+)  # one worker: side by side, one tagged a stand-in as the other
+# expected another recipe under the same tag (CI, two workers)
 def test_plan_needs_no_python_root_docker_or_halo_vars_and_making_bases_changes_no_hash(
     world: Path,
 ) -> None:
@@ -175,6 +179,7 @@ def test_native_is_explicit_and_asks_for_the_locks_interpreter(world: Path) -> N
     assert re.match(r"halo: error: no CPython 3\.\d+ found", proc.stderr), proc.stderr
 
 
+@pytest.mark.xdist_group("base-tags")  # see above
 def test_a_base_counts_as_made_only_with_its_recipe_and_realise_refuses_without_it(
     world: Path,
 ) -> None:
