@@ -51,12 +51,18 @@ def build_image(
 
 
 def verify_image(
-    repo: Path, catalog: Catalog, image: Image, store: Store, platform: Platform = AMD64
+    repo: Path,
+    catalog: Catalog,
+    image: Image,
+    store: Store,
+    platform: Platform = AMD64,
+    expect: str | None = None,
 ) -> Verified:
     from halo.images.evaluate.plan import evaluate
     from halo.images.realise.walk import verify
 
-    return verify(repo, evaluate(repo, catalog, image, platform), store, Docker.discover())
+    plan = evaluate(repo, catalog, image, platform)
+    return verify(repo, plan, store, Docker.discover(), expect)
 
 
 def _node(image: Image, inputs: Inputs):  # type: ignore[no-untyped-def]

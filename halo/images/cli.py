@@ -82,6 +82,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="rebuild from scratch and compare image IDs with the image built here (exit 1 if they differ)",
     )
     _names_or_all(p, "every image in the catalog")
+    p.add_argument(
+        "--expect",
+        metavar="IMAGE_ID",
+        help="compare with this image ID (one built elsewhere: CI's, a published one) instead of "
+        "the image built here; one NAME",
+    )
     _platform(p)
     p.set_defaults(func=_verify)
 
@@ -340,7 +346,18 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _image_id_arg(text: str) -> str:
+    """An image ID as `docker image inspect` prints it (sha256:<64 hex>); bare hex is allowed."""
+    from halo.errors import HaloError
+
+    digest = text.removeprefix("sha256:")
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise HaloError(f"--expect: expected an image ID (sha256:<64 hex digits>), got {text!r}")
+    return f"sha256:{digest}"
+
+
 def _verify(args: argparse.Namespace) -> int:
+    from halo.errors import HaloError
     from halo.images.build import verify_image
     from halo.images.catalog import load_catalog
     from halo.images.graph import parse_platform
@@ -351,9 +368,15 @@ def _verify(args: argparse.Namespace) -> int:
     platform = parse_platform(args.platform)
     repo = find_repo()
     catalog = load_catalog(repo)
+    images = _selected(catalog, args.names, args.all)
+    expect = None
+    if args.expect is not None:
+        if len(images) != 1:
+            raise HaloError("halo image verify --expect: name exactly one image")
+        expect = _image_id_arg(args.expect)
     results = [
-        verify_image(repo, catalog, image, Store(store_root()), platform)
-        for image in _selected(catalog, args.names, args.all)
+        verify_image(repo, catalog, image, Store(store_root()), platform, expect)
+        for image in images
     ]
     rows = [
         (
@@ -364,11 +387,14 @@ def _verify(args: argparse.Namespace) -> int:
             if v.same
             else "DIFFERENT (layers " + ", ".join(map(str, v.layers)) + ")"
             if v.layers
+            else "DIFFERENT (layers not compared: the expected image is not here)"
+            if v.layers is None
             else "DIFFERENT (config)",
         )
         for v in results
     ]
-    print(table(("image", "built here", "rebuilt from scratch", "result"), rows))
+    column = "built here" if expect is None else "expected"
+    print(table(("image", column, "rebuilt from scratch", "result"), rows))
     return 0 if all(v.same for v in results) else 1
 
 

@@ -1,8 +1,9 @@
 """`halo image export`: Enroot squashfs and Apptainer SIF from a built image, byte for byte.
 
-A tiny imported image proves the formats (twice the same bytes, the files and the runtimes'
-conventions inside); halo:cpu proves the real thing: its export unpacks to the image's files and
-the tiny example trains from the unpacked root, in a chroot in new namespaces, no Docker.
+A tiny imported image proves the formats (twice the same bytes, with files of other ages, modes
+and a hard link; the files and the runtimes' conventions inside); halo:cpu proves the real
+thing, squashed twice (a sqsh, a SIF): the tiny example trains from its sqsh, mounted in a
+chroot in new namespaces, no Docker, and the SIF holds every file the sqsh holds.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ FILES = {
     "usr/bin/tool": (b"#!/bin/sh\necho tool\n", 0o755),
     "workspace/data/a.txt": (b"a\n", 0o600),
 }
+# A second name for usr/bin/tool (a hard link, as pip's and dpkg's trees have): squashed as one
+# inode with two names, in the same order each time.
+HARD_LINK = "usr/bin/tool-again"
 
 
 def _need(*tools: str) -> None:
@@ -55,10 +59,13 @@ def docker() -> Docker:
 def tiny(docker: Docker) -> Iterator[str]:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, (data, mode) in FILES.items():
+        for age, (name, (data, mode)) in enumerate(FILES.items()):
             info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), mode, 1234567
+            info.size, info.mode, info.mtime = len(data), mode, 1234567 + age * 86400 * 365
             tar.addfile(info, io.BytesIO(data))
+        hard = tarfile.TarInfo(HARD_LINK)
+        hard.type, hard.linkname, hard.mode = tarfile.LNKTYPE, "usr/bin/tool", 0o755
+        tar.addfile(hard)
         link = tarfile.TarInfo("bin")
         link.type, link.linkname = tarfile.SYMTYPE, "usr/bin"
         tar.addfile(link)
@@ -109,10 +116,13 @@ def test_tiny_sqsh_is_deterministic_and_holds_the_files_and_enroot_conventions(
     time.sleep(1.1)  # a clock in the output would now differ
     b = export(tiny, "sqsh", tmp_path / "b.sqsh")
     assert sha(a) == sha(b)
-    got = files(unsquash(a, tmp_path / "root"))
+    root = unsquash(a, tmp_path / "root")
+    got = files(root)
     for name, (data, mode) in FILES.items():
         assert got[name] == (mode, data), name
     assert got["bin"] == (0, "usr/bin")
+    tool, again = (root / "usr/bin/tool").stat(), (root / HARD_LINK).stat()
+    assert (again.st_ino, again.st_nlink) == (tool.st_ino, 2), "one inode, two names"
     env = got["etc/environment"][1]
     assert b"FOO=bar baz\n" in env  # type: ignore[operator]
     rc = got["etc/rc"][1]
@@ -199,28 +209,38 @@ def test_halo_cpu_sqsh_holds_the_image_and_trains_in_a_chroot(
     assert (out / "ck" / "tiny-sft" / "r1_epoch_0_step_3" / "meta.json").exists()
 
 
-def test_halo_cpu_exports_the_same_bytes_twice_as_sqsh_and_sif(
+def _listing(sqsh: Path) -> dict[str, str]:
+    """Every file and symlink in a squashfs by path: its mode, owner, size and time (not its
+    folders, whose sizes count their entries)."""
+    out = subprocess.run(["unsquashfs", "-lln", "-d", "", str(sqsh)], capture_output=True,
+                         text=True, check=True).stdout  # fmt: skip
+    return {li.split(maxsplit=5)[5]: li for li in out.splitlines() if li[:1] in ("-", "l")}
+
+
+def test_halo_cpu_as_sif_holds_every_file_of_its_sqsh_and_apptainers_conventions(
     docker: Docker, cpu_sqsh: tuple[str, Path], tmp_path: Path
 ) -> None:
-    """The real image byte for byte (GBs, hard links, docker create's mount points, files of
-    every age): a second sqsh equals the first; the SIF's partition holds the image's own
-    build.json and Apptainer's conventions. (A SIF is that same squashfs of the same root plus
-    Apptainer's files: that it is the same bytes twice is the tiny image's test above, so the
-    5 GB image is squashed three times here, not four.)"""
-    image_id, first = cpu_sqsh
-    again = export(image_id, "sqsh", tmp_path / "again.sqsh")
-    assert sha(again) == sha(first)
-    again.unlink()  # GBs: one export on disk at a time
+    """The real image (GBs, hard links, docker create's mount points, files of every age) as a
+    SIF: its partition holds every file of the image's sqsh, the same mode, owner, size and
+    time, plus the image's own build.json and Apptainer's files. That an export is the same
+    bytes twice is the tiny image's test above (hard link and ages included), so the 5 GB
+    image is squashed twice here, not three times."""
+    image_id, sqsh = cpu_sqsh
     a = export(image_id, "sif", tmp_path / "a.sif")
     part = sif_partition(a, tmp_path / "part.sqsh")
-    a.unlink()
+    a.unlink()  # GBs: one export on disk at a time
+    want, got = _listing(sqsh), _listing(part)
+    assert len(want) > 10_000, len(want)
+    # Enroot's conventions, written over the image's own /etc/environment, are the sqsh's alone.
+    differ = [p for p in want if got.get(p) != want[p] and p not in ("/etc/environment", "/etc/rc")]
+    assert not differ, [(want[p], got.get(p)) for p in differ[:10]]
     inside = docker.run(["--rm", "--network", "none", image_id, "cat", "/etc/halo/build.json"],
                         True).stdout  # fmt: skip
-    for name, want in (
+    for name, want_bytes in (
         ("etc/halo/build.json", inside.encode()),
         (".singularity.d/runscript", None),
         (".singularity.d/env/10-docker2singularity.sh", None),
     ):
-        got = subprocess.run(["unsquashfs", "-cat", str(part), name], capture_output=True)
-        assert got.returncode == 0, (name, got.stderr)
-        assert want is None or got.stdout == want, name
+        out = subprocess.run(["unsquashfs", "-cat", str(part), name], capture_output=True)
+        assert out.returncode == 0, (name, out.stderr)
+        assert want_bytes is None or out.stdout == want_bytes, name

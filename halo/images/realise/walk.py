@@ -153,15 +153,18 @@ class Verified:
     image: Image
     expected: str
     rebuilt: str
-    layers: list[int]  # indexes of layers that differ
+    layers: list[int] | None  # indexes of layers that differ; None: the expected is not here
 
     @property
     def same(self) -> bool:
         return self.expected == self.rebuilt
 
 
-def verify(repo: Path, plan: Plan, store: Store, docker: Docker) -> Verified:
-    """Rebuild from scratch (no layer cache) and compare image IDs with the image built here.
+def verify(
+    repo: Path, plan: Plan, store: Store, docker: Docker, expect: str | None = None
+) -> Verified:
+    """Rebuild from scratch (no layer cache) and compare image IDs with the image built here,
+    or with ``expect``, an ID built elsewhere (its layers are compared where it is here too).
 
     Nothing is tagged: the rebuild's raw image is dropped once its normalised ID is known.
     """
@@ -175,7 +178,7 @@ def verify(repo: Path, plan: Plan, store: Store, docker: Docker) -> Verified:
 
     docker.ping()
     target = plan.target
-    expected = require_current(docker, target)
+    expected = expect or require_current(docker, target)
     if target.method != "dockerfile":
         raise HaloError(
             f"halo image verify {target.image.name}: {plan.platform} images are assembled; "
@@ -193,6 +196,8 @@ def verify(repo: Path, plan: Plan, store: Store, docker: Docker) -> Verified:
     )
     if raw_id != expected:
         docker.remove(raw_id)
+    if docker.find(expected) is None:
+        return Verified(target.image, expected, norm.image_id, None)
     ours = docker.layers(expected)
     n = max(len(ours), len(norm.layers))
     differ = [i for i in range(n) if ours[i : i + 1] != norm.layers[i : i + 1]]
