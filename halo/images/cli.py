@@ -349,11 +349,12 @@ def _plan(args: argparse.Namespace) -> int:
 def _image_id_arg(text: str) -> str:
     """An image ID as `docker image inspect` prints it (sha256:<64 hex>); bare hex is allowed."""
     from halo.errors import HaloError
+    from halo.registry.refs import DIGEST
 
-    digest = text.removeprefix("sha256:")
-    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+    image_id = text if text.startswith("sha256:") else f"sha256:{text}"
+    if not DIGEST.match(image_id):
         raise HaloError(f"--expect: expected an image ID (sha256:<64 hex digits>), got {text!r}")
-    return f"sha256:{digest}"
+    return image_id
 
 
 def _verify(args: argparse.Namespace) -> int:

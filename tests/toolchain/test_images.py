@@ -460,3 +460,21 @@ def test_a_remembered_catalog_is_checked_again_when_it_or_its_dockerfiles_change
     catalog.write_text(catalog.read_text().replace('tag: "0.26.0"', "tag: 0.26"))
     with pytest.raises(HaloError, match=r"images\.vllm\.tag: Value error, expected a string"):
         load_catalog(repo_copy)
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["cpu", "--expect", "nope"], "--expect: expected an image ID (sha256:<64 hex digits>)"),
+        (["cpu", "--expect", "sha256:" + "A" * 64], "--expect: expected an image ID"),
+        (["cpu", "vllm", "--expect", "a" * 64], "--expect: name exactly one image"),
+    ],
+)
+def test_verify_expect_refuses_a_bad_id_or_many_images_before_building(
+    argv: list[str], line: str
+) -> None:
+    proc = halo("image", "verify", *argv, cwd=REPO)
+    assert proc.returncode == 2, proc.stderr
+    (only,) = proc.stderr.strip().splitlines()
+    assert only.startswith("halo: error: ") and line in only, only
+    assert proc.stdout == ""

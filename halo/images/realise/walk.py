@@ -196,9 +196,10 @@ def verify(
     )
     if raw_id != expected:
         docker.remove(raw_id)
-    if docker.find(expected) is None:
+    found = docker.find(expected)
+    if found is None:
         return Verified(target.image, expected, norm.image_id, None)
-    ours = docker.layers(expected)
+    ours = list(found["RootFS"]["Layers"])
     n = max(len(ours), len(norm.layers))
     differ = [i for i in range(n) if ours[i : i + 1] != norm.layers[i : i + 1]]
     return Verified(target.image, expected, norm.image_id, differ)
