@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,25 @@ def test_the_gpu_tiers_skip_with_the_same_line(
     monkeypatch.setenv("PATH", _fake_smi(tmp_path / "bin", "535.183.01"))
     assert check().detail == "driver 535.183.01, image needs ≥ 580 (CUDA 13.0)"
     assert not check().ok
+
+
+def _count_gpus(driver_paths: list[str]) -> tuple[int, bool]:
+    """gpu_count in a fresh interpreter: its answer, and whether torch got imported."""
+    code = (
+        "import sys; from halo.train.launch.preflight import gpu_count; "
+        f"n = gpu_count({tuple(driver_paths)!r}); print(n, 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    n, imported = out.stdout.split()
+    return int(n), imported == "True"
+
+
+def test_without_a_driver_the_launcher_counts_no_gpu_and_never_imports_torch(
+    tmp_path: Path,
+) -> None:
+    # No driver: 0, and torch stays out of the launcher (the trainer imports it once).
+    assert _count_gpus([str(tmp_path / "no-nvidiactl")]) == (0, False)
+    # A driver's node present: torch is asked (here it finds no GPU, since there is none).
+    node = tmp_path / "nvidiactl"
+    node.touch()
+    assert _count_gpus([str(node)]) == (0, True)
