@@ -184,10 +184,9 @@ def test_toolchain(session: nox.Session) -> None:
     _halo(session)
     _bytecode(session)
     session.run("pytest", "tests/toolchain", *XDIST, *session.posargs)
-    if _in_ci():
-        # Its builds' cache (contexts, test images' layers) serves these tests alone; the
-        # sessions after it need that disk (halo:cpu's layers stay: the image holds them).
-        session.run("python", "-c", PRUNE_BUILD_CACHE)
+    # Its builds' cache (contexts, test images' layers) serves these tests alone; the sessions
+    # after it need that disk (halo:cpu's layers stay: the image holds them).
+    _empty_build_cache_in_ci(session)
 
 
 def _tier(tier: str, image: str) -> None:
@@ -220,10 +219,9 @@ def kernels(session: nox.Session) -> None:
     _bytecode(session)
     test = "tests/toolchain/test_kernels_upstream.py"
     session.run("pytest", test, "-m", "kernel_build", *session.posargs)
-    if _in_ci():
-        # The builder's layers and the derivations' contexts serve these compiles alone; CI's
-        # later sessions waited minutes on that disk (run 16: test-rollout-cpu 2.8 minutes).
-        session.run("python", "-c", PRUNE_BUILD_CACHE)
+    # The builder's layers and the derivations' contexts serve these compiles alone; CI's later
+    # sessions waited minutes on that disk (run 16: test-rollout-cpu 2.8 minutes).
+    _empty_build_cache_in_ci(session)
 
 
 @nox.session(name="test-arm64", python=PYTHON)
@@ -292,15 +290,18 @@ IMAGE_CHECKS = (
 CI_IMAGE_CHECKS = ("vllm", "sglang", "blackwell-stack", "hopper-stack")
 
 
-def _in_ci() -> bool:
-    """CI's machine is its own: a session may empty the engine's build cache when done."""
-    return os.environ.get("CI", "").lower() not in ("", "0", "false")
-
-
 PRUNE_BUILD_CACHE = (
     "import subprocess; from halo.images.docker import Docker; "
     "subprocess.run([Docker.discover().exe, 'builder', 'prune', '-f'], check=True)"
 )
+
+
+def _empty_build_cache_in_ci(session: nox.Session) -> None:
+    """Empty the session's engine's build cache, in CI only (the test as
+    halo.testing.container.in_ci, which this file cannot import): CI's machine is its own and
+    its disk is not endless; a workstation keeps its cache."""
+    if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+        session.run("python", "-c", PRUNE_BUILD_CACHE)
 
 
 @nox.session(name="image-check", python=PYTHON)
@@ -319,12 +320,10 @@ def image_check(session: nox.Session) -> None:
     # A removed image's layers stay in BuildKit's cache (7-12 GB per image here, build context
     # included), and so do the earlier sessions' builds: CI's machine is its own, and its
     # disk is not endless, so CI starts each image on an empty build cache.
-    prune = _in_ci()
     for name, pins, cpu_tier in IMAGE_CHECKS:
         if name not in wanted:
             continue
-        if prune:
-            session.run("python", "-c", PRUNE_BUILD_CACHE)
+        _empty_build_cache_in_ci(session)
         session.run("halo", "fetch", pins)
         session.run("halo", "image", "build", name)
         if cpu_tier is not None:
@@ -332,8 +331,7 @@ def image_check(session: nox.Session) -> None:
         if sizes:
             session.run("halo", "image", "size", name)
         session.run("halo", "stack", "verify", pins, "--image", name, "--remove")
-    if prune:
-        session.run("python", "-c", PRUNE_BUILD_CACHE)
+    _empty_build_cache_in_ci(session)
 
 
 # The local S3 server of the S3 dataset tests: moto in server mode, test-only (never in an
