@@ -13,10 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from halo.atomic import exclusive
 from halo.builder.native import write_guard
-from halo.builder.toolchain import Toolchain, stage_wheels
+from halo.builder.toolchain import Toolchain, builder_key, stage_wheels
 from halo.errors import HaloError
+from halo.images.context import ContextSync
 from halo.images.docker import Docker
+from halo.paths import cache_home, per_engine
 from halo.stack.stage import stage_install_step
 from halo.store.store import Store
 
@@ -106,12 +109,20 @@ class DockerBuild:
     probe_source: str = ""  # the source the probe compiles (the pin's `probe`; "": the first)
 
     def run(self, probe: bool = False) -> Path:
-        ctx, out = self.work / "ctx", self.work / "out"
+        staged, out = self.work / "ctx", self.work / "out"
         stage_context(
-            ctx, self.tc, self.src, self.env, self.store, self.repo / "patches", probe,
+            staged, self.tc, self.src, self.env, self.store, self.repo / "patches", probe,
             self.probe_source,
         )  # fmt: skip
         parallel = {**self.parallel, "MAX_JOBS": "1"} if probe else dict(self.parallel)
+        ctx = toolchain_context(self.tc)
+        # One build in the toolchain's context at a time; it is brought to this build's files.
+        with exclusive(ctx.with_name(f"{ctx.name}.lock")):
+            ContextSync(ctx).mirror(staged, fresh=("src", "env", "install"))
+            self._build(ctx, out, parallel)
+        return out
+
+    def _build(self, ctx: Path, out: Path, parallel: Mapping[str, str]) -> None:
         self.docker.build(
             context=ctx,
             dockerfile=self.repo / DOCKERFILE,
@@ -126,7 +137,13 @@ class DockerBuild:
             network="none",
             output=out,
         )
-        return out
+
+
+def toolchain_context(tc: Toolchain) -> Path:
+    """The build context of every derivation on ``tc``, in one place per engine: BuildKit keeps
+    a synced context by its path and sends only what changed, so the toolchain's 3 GB of wheels
+    go over once, not once per derivation (three copies, 15 s each, in the kernels' builds)."""
+    return per_engine(cache_home() / "contexts") / f"derivations-{builder_key(tc)[:16]}"
 
 
 def build_wheel(job: DockerBuild) -> Path:

@@ -110,6 +110,41 @@ class ContextSync:
     def folder(self, rel: str) -> None:
         self._dest(rel).mkdir(exist_ok=True)
 
+    def symlink(self, rel: str, target: Path) -> None:
+        dest = self._dest(rel)
+        if dest.is_symlink() and dest.readlink() == target:
+            return
+        _remove(dest)
+        dest.symlink_to(target)
+        self.changed.append(rel)
+
+    def mirror(self, staged: Path, fresh: Sequence[str] = ()) -> None:
+        """Everything under ``staged`` (a tree made on this filesystem), then ``finish``.
+
+        A changed file under one of the ``fresh`` folders gets this moment's mtime: BuildKit
+        takes a file of the same size and mtime for unchanged, and two source trees may hold one
+        path of one size from one archive's clock, with other bytes (a patched file)."""
+        for dirpath, dirnames, filenames in os.walk(staged):
+            here = Path(dirpath)
+            base = here.relative_to(staged)
+            for name in [*dirnames, *filenames]:
+                src, rel = here / name, str(base / name)
+                if src.is_symlink():
+                    self.symlink(rel, src.readlink())
+                elif src.is_dir():
+                    # Top-down: a folder is made before what is in it, over a file of its name.
+                    dest = self.root / rel
+                    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+                        dest.unlink()
+                    self.folder(rel)
+                else:
+                    before = len(self.changed)
+                    self.adopt(rel, src)
+                    if len(self.changed) > before and rel.startswith(tuple(f"{f}/" for f in fresh)):
+                        os.utime(self.root / rel)
+            dirnames[:] = [d for d in dirnames if not (here / d).is_symlink()]
+        self.finish()
+
     def finish(self) -> None:
         """Remove whatever is not wanted, and give every folder one mode.
 
@@ -127,7 +162,7 @@ class ContextSync:
             for name in dirnames:
                 sub = here / name
                 if sub not in keep_dirs and sub not in self.wanted:
-                    shutil.rmtree(sub)
+                    _remove(sub)
 
 
 def _remove(path: Path) -> None:

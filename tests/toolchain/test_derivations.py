@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -307,7 +309,9 @@ def test_tiny_cuda_extension_with_the_locked_nvcc_for_one_arch(
 
 
 @pytest.mark.docker
-def test_c_extension_compiles_in_docker_once_then_is_reused(tmp_path: Path) -> None:
+def test_c_extension_compiles_in_docker_once_then_is_reused(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     docker = docker_or_skip()
     fetched_or_skip("cpu")
     catalog = load_catalog(REPO)
@@ -331,6 +335,18 @@ def test_c_extension_compiles_in_docker_once_then_is_reused(tmp_path: Path) -> N
         _run_ext(tmp_path / "site", "import halo_demo_ext; print(halo_demo_ext.greet(7))")
         == "hi 49"
     )
+
+    # Another derivation on the same toolchain, built with other parallelism: its own compile,
+    # but the toolchain's layer (3 GB for the kernels' builder) is the first's, not installed again.
+    # (NVCC_THREADS, which a C extension ignores: a value no earlier build of this engine had.)
+    monkeypatch.setenv("NVCC_THREADS", str(secrets.randbelow(10**6) + 2))
+    capfd.readouterr()
+    other = realise(Derivation(pin, tc, (("DEMO_GREETING", "ho"),), ()), r)
+    log = "".join(capfd.readouterr())
+    assert other.origin == "built" and other.hash != first.hash
+    step = re.search(r"^#(\d+) \[build 2/\d\] RUN --mount=type=bind,source=wheels", log, re.M)
+    assert step is not None, log[-3000:]
+    assert re.search(rf"^#{step[1]} CACHED$", log, re.M), log[-3000:]
 
 
 def test_stopping_halo_stops_the_build(tmp_path: Path, small_native: Toolchain) -> None:
