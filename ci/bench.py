@@ -125,7 +125,7 @@ def pins_check() -> list[Row]:
     return [Row("halo pins check (all sets)", f"{t:.2f} s", "< 1 s", t < 1)]
 
 
-def lock_check(warm: bool) -> list[Row]:
+def lock_check(warm: bool = False) -> list[Row]:
     # uv's cache warm: after an uncounted run, unless the caller's run warmed it (CI's first
     # session checks every set, beside the builds' downloads, not in this quiet tail).
     t = wall(halo_cmd("pins", "lock", "--check"), runs=1, warm_up=not warm)
@@ -173,7 +173,7 @@ BENCHES: dict[str, Callable[[], list[Row]]] = {
     "noop-build": noop_build,
     "rebuild": rebuild,
     "pins-check": pins_check,
-    "lock-check": lambda: lock_check(warm=False),
+    "lock-check": lock_check,
     "trainer": trainer,
     "gpu": gpu,
 }

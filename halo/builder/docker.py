@@ -13,13 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from halo.atomic import exclusive
 from halo.builder.native import write_guard
 from halo.builder.toolchain import Toolchain, builder_key, stage_wheels
 from halo.errors import HaloError
 from halo.images.context import ContextSync
 from halo.images.docker import Docker
-from halo.paths import cache_home, per_engine
+from halo.images.realise.build import context_dir, exclusive_context
 from halo.stack.stage import stage_install_step
 from halo.store.store import Store
 
@@ -117,33 +116,30 @@ class DockerBuild:
         parallel = {**self.parallel, "MAX_JOBS": "1"} if probe else dict(self.parallel)
         ctx = toolchain_context(self.tc)
         # One build in the toolchain's context at a time; it is brought to this build's files.
-        with exclusive(ctx.with_name(f"{ctx.name}.lock")):
+        with exclusive_context(ctx.with_name(f".{ctx.name}.lock")):
             ContextSync(ctx).mirror(staged, fresh=("src", "env", "install"))
-            self._build(ctx, out, parallel)
+            self.docker.build(
+                context=ctx,
+                dockerfile=self.repo / DOCKERFILE,
+                tags=[],
+                build_args={
+                    "BUILDER": self.tc.base_ref,
+                    "PYTHON": self.tc.python,
+                    "SUBDIR": self.subdirectory or ".",
+                    **parallel,
+                },
+                labels={},
+                network="none",
+                output=out,
+            )
         return out
-
-    def _build(self, ctx: Path, out: Path, parallel: Mapping[str, str]) -> None:
-        self.docker.build(
-            context=ctx,
-            dockerfile=self.repo / DOCKERFILE,
-            tags=[],
-            build_args={
-                "BUILDER": self.tc.base_ref,
-                "PYTHON": self.tc.python,
-                "SUBDIR": self.subdirectory or ".",
-                **parallel,
-            },
-            labels={},
-            network="none",
-            output=out,
-        )
 
 
 def toolchain_context(tc: Toolchain) -> Path:
     """The build context of every derivation on ``tc``, in one place per engine: BuildKit keeps
     a synced context by its path and sends only what changed, so the toolchain's 3 GB of wheels
     go over once, not once per derivation (three copies, 15 s each, in the kernels' builds)."""
-    return per_engine(cache_home() / "contexts") / f"derivations-{builder_key(tc)[:16]}"
+    return context_dir(f"derivations-{builder_key(tc)[:16]}")
 
 
 def build_wheel(job: DockerBuild) -> Path:

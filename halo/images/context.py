@@ -108,7 +108,10 @@ class ContextSync:
         self.changed.append(rel)
 
     def folder(self, rel: str) -> None:
-        self._dest(rel).mkdir(exist_ok=True)
+        dest = self._dest(rel)
+        if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+            dest.unlink()  # a file or link of that name, from another tree
+        dest.mkdir(exist_ok=True)
 
     def symlink(self, rel: str, target: Path) -> None:
         dest = self._dest(rel)
@@ -124,6 +127,7 @@ class ContextSync:
         A changed file under one of the ``fresh`` folders gets this moment's mtime: BuildKit
         takes a file of the same size and mtime for unchanged, and two source trees may hold one
         path of one size from one archive's clock, with other bytes (a patched file)."""
+        touched = tuple(f"{f}/" for f in fresh)
         for dirpath, dirnames, filenames in os.walk(staged):
             here = Path(dirpath)
             base = here.relative_to(staged)
@@ -132,15 +136,11 @@ class ContextSync:
                 if src.is_symlink():
                     self.symlink(rel, src.readlink())
                 elif src.is_dir():
-                    # Top-down: a folder is made before what is in it, over a file of its name.
-                    dest = self.root / rel
-                    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
-                        dest.unlink()
-                    self.folder(rel)
+                    self.folder(rel)  # top-down: a folder is made before what is in it
                 else:
                     before = len(self.changed)
                     self.adopt(rel, src)
-                    if len(self.changed) > before and rel.startswith(tuple(f"{f}/" for f in fresh)):
+                    if len(self.changed) > before and rel.startswith(touched):
                         os.utime(self.root / rel)
             dirnames[:] = [d for d in dirnames if not (here / d).is_symlink()]
         self.finish()
