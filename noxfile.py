@@ -61,6 +61,18 @@ def _halo(session: nox.Session) -> None:
         session.install("--no-deps", "-e", ".", silent=True)
 
 
+def _stack_bytecode(scratch: str) -> dict[str, str]:
+    """The environment of processes that run from a stack venv: bytecode under one folder.
+
+    Stacks install without bytecode, as the images do; where PYTHONDONTWRITEBYTECODE is set
+    (CI's environment), every trainer process then compiled torch's and transformers' sources
+    again, ~4 s of CPU each. test-slurm's nodes and test-s3 share the one venv, so they share
+    its bytecode too (an empty value lifts the host's setting; the venv itself stays as
+    installed).
+    """
+    return {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": f"{scratch}/pycache/stacks"}
+
+
 def _bytecode(session: nox.Session) -> None:
     """Byte-compile the session's packages and halo/ once, as pip does at install time.
 
@@ -252,7 +264,8 @@ def test_slurm(session: nox.Session) -> None:
     venv = os.environ.get("HALO_SLURM_VENV") or f"{scratch}/stacks/cpu-slurm"
     session.run("halo", "fetch", "cpu")
     session.run("halo", "stack", "install", "cpu", venv)
-    session.run("pytest", "tests/slurm", *session.posargs, env={"HALO_SLURM_VENV": venv})
+    env = {"HALO_SLURM_VENV": venv, **_stack_bytecode(scratch)}
+    session.run("pytest", "tests/slurm", *session.posargs, env=env)
 
 
 @nox.session(name="stack-check", python=PYTHON)
@@ -373,7 +386,11 @@ def test_s3(session: nox.Session) -> None:
         "uv", "pip", "install", "--quiet", "--python", f"{moto}/bin/python",
         "--require-hashes", "-r", S3_SERVER_LOCK, external=True,
     )  # fmt: skip
-    env = {"HALO_TEST_MOTO_PYTHON": f"{moto}/bin/python", "OMP_NUM_THREADS": "1"}
+    env = {
+        "HALO_TEST_MOTO_PYTHON": f"{moto}/bin/python",
+        "OMP_NUM_THREADS": "1",
+        **_stack_bytecode(scratch),
+    }
     test = "tests/cpu/test_s3_datasets.py"
     session.run(f"{stack}/bin/python", "-m", "pytest", test, "-p", "no:cacheprovider", *session.posargs, env=env, external=True)  # fmt: skip
 

@@ -200,8 +200,13 @@ def launch(args: argparse.Namespace) -> int:
     spec = reg.get(args.method)
     user = _extra(args)
     extra = flag_overrides(args) + user
-    cfg = config.load(args.config, spec.name, extra)
+    # model.config against its transformers class, and the mesh against the model, import
+    # transformers and torch: ~3 s of CPU, 29 s under qemu. A launch of one process is this
+    # process after exec, and the trainer checks both before anything starts (halo.train.run),
+    # with the same one-line refusal; every other launch checks them here, before any process.
+    cfg = config.load(args.config, spec.name, extra, model_class=False)
     if args.slurm:
+        config.check_model_class(cfg, args.config)
         from halo.train.launch import slurm
 
         forwarded = parallel_overrides(args) + user
@@ -224,7 +229,10 @@ def launch(args: argparse.Namespace) -> int:
         sys.executable,
         accelerate_installed=importlib.util.find_spec("accelerate") is not None,
     )
-    dims = _mesh(cfg, spec.name, nproc * cfg.runtime.nnodes)
+    dims = None
+    if args.dry_run or plan.launcher != "python":
+        config.check_model_class(cfg, args.config)
+        dims = _mesh(cfg, spec.name, nproc * cfg.runtime.nnodes)
     checks = pf.gather(cfg, nproc, gpus)
     if args.dry_run:
         env = " ".join(

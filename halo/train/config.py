@@ -508,7 +508,9 @@ def resolve_paths(raw: dict[str, Any], base: Path) -> None:
                 del model[key]
 
 
-def _check(cfg: Config, method: str | None, raw: dict[str, Any]) -> list[str]:
+def _check(
+    cfg: Config, method: str | None, raw: dict[str, Any], model_class: bool = True
+) -> list[str]:
     """Rules that span keys; field types and ranges were checked by the models."""
     errors = []
     d = cfg.data
@@ -533,7 +535,7 @@ def _check(cfg: Config, method: str | None, raw: dict[str, Any]) -> list[str]:
     if cfg.model.config is not None:
         from halo.train.models import model_config
 
-        errors += model_config.errors(cfg.model.config)
+        errors += model_config.errors(cfg.model.config, model_class)
     if method == "environmental-grpo" and cfg.environment is None:
         errors.append("environment: environmental-grpo needs this section (environment.path)")
     if cfg.rollout is not None and cfg.rollout.backend == "local" and method == "online-grpo":
@@ -547,20 +549,31 @@ def _check(cfg: Config, method: str | None, raw: dict[str, Any]) -> list[str]:
     return errors
 
 
-def from_dict(raw: dict[str, Any], method: str | None, where: str) -> Config:
-    cfg = schema.validate(Config, raw, where)
-    errors = _check(cfg, method, raw)
+def _refuse(where: str, errors: list[str]) -> None:
     if errors:
         n = len(errors)
         raise HaloError(f"{where}: {n} problem{'s' if n > 1 else ''}: " + "; ".join(errors))
+
+
+def from_dict(
+    raw: dict[str, Any], method: str | None, where: str, model_class: bool = True
+) -> Config:
+    cfg = schema.validate(Config, raw, where)
+    _refuse(where, _check(cfg, method, raw, model_class))
     for section, kind in DEFAULT_SECTIONS.get(method or "", ()):
         if getattr(cfg, section) is None:
             setattr(cfg, section, kind())
     return cfg
 
 
-def load(path: Path, method: str | None, overrides: list[str] | None = None) -> Config:
-    """Read, resolve paths, apply ``--key=value`` overrides, validate."""
+def load(
+    path: Path, method: str | None, overrides: list[str] | None = None, model_class: bool = True
+) -> Config:
+    """Read, resolve paths, apply ``--key=value`` overrides, validate.
+
+    ``model_class=False`` leaves out only what model.config's transformers class says of it
+    (`check_model_class`): that class imports transformers and torch, seconds of CPU.
+    """
     from halo.train import overrides as ov
 
     # realpath, not Path.resolve: on a symlink loop resolve raises RuntimeError; this leaves
@@ -569,7 +582,15 @@ def load(path: Path, method: str | None, overrides: list[str] | None = None) -> 
     raw = read_yaml(path)
     resolve_paths(raw, path.parent)
     ov.apply(raw, ov.parse(overrides or []), schema=Config, resolve_paths=resolve_paths)
-    return from_dict(raw, method, str(path))
+    return from_dict(raw, method, str(path), model_class)
+
+
+def check_model_class(cfg: Config, path: Path) -> None:
+    """What `load(..., model_class=False)` left out: model.config against its class."""
+    if cfg.model.config is not None:
+        from halo.train.models import model_config
+
+        _refuse(str(Path(os.path.realpath(path))), model_config.errors(cfg.model.config))
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:

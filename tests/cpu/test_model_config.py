@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import io
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ from halo.train import config
 from halo.train.config import Source
 from halo.train.data import batching
 
-from .conftest import EXAMPLES, outputs
+from .conftest import EXAMPLES, halo_env, outputs, run_halo
 
 pytestmark = pytest.mark.cpu
 
@@ -108,6 +110,41 @@ def test_a_launch_with_an_unknown_key_is_refused_before_anything_runs(tmp_path: 
     (line,) = err.getvalue().strip().splitlines()
     assert line.startswith("halo: error: ") and line.endswith("did you mean num_hidden_layers?")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_launch_of_one_process_imports_no_torch_before_it_becomes_the_trainer(
+    tmp_path: Path,
+) -> None:
+    # The launcher execs the trainer, which checks model.config against its class and the
+    # mesh against the model before anything starts. The launcher asking transformers too (and
+    # torch with it) cost each such launch ~3 s of CPU, 29 s under qemu. Here execve prints
+    # what was imported by then instead of replacing the process.
+    args = ["launch", "sft", str(SFT), "--", *outputs(tmp_path), "--training.max_steps=1"]
+    code = (
+        "import os, sys\n"
+        "def execve(path, argv, env):\n"
+        "    print(sorted({'torch', 'transformers'} & set(sys.modules)), *argv[1:5])\n"
+        "    raise SystemExit(0)\n"
+        "os.execve = execve\n"
+        "from halo.cli import main\n"
+        f"raise SystemExit(main({args!r}))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], env=halo_env(), capture_output=True,
+                       text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["[]", "-m", "halo.train.run", "--method", "sft"], r.stdout
+
+
+def test_a_launch_of_one_process_refuses_an_unknown_key_in_one_line_after_exec(
+    tmp_path: Path,
+) -> None:
+    r = run_halo("launch", "sft", str(SFT), "--", *outputs(tmp_path),
+                 "--model.config.num_hiden_layers=2")  # fmt: skip
+    assert r.returncode == 2, r.stdout + r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("halo: error: ") and last.endswith("did you mean num_hidden_layers?")
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    assert list(tmp_path.iterdir()) == []  # nothing started: not even the job folder
 
 
 def nothing_written(job_dir: Path) -> bool:

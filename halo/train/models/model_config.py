@@ -102,11 +102,12 @@ def class_errors(cls: Any, fields: dict[str, Any]) -> list[str]:
     return errors
 
 
-def errors(config: dict[str, Any]) -> list[str]:
-    """Every problem of a ``model.config`` dict (model_type already checked to be a string)."""
+def errors(config: dict[str, Any], model_class: bool = True) -> list[str]:
+    """Every problem of a ``model.config`` dict (model_type already checked to be a string);
+    without ``model_class``, only the ranges (no transformers, no torch)."""
     fields = {k: v for k, v in config.items() if k != "model_type"}
     found = range_errors(fields)
-    if found:
+    if found or not model_class:
         return found  # the class would only repeat them less clearly
     cls = config_class(str(config["model_type"]))
     return class_errors(cls, fields) if cls is not None else []
