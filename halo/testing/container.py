@@ -30,6 +30,11 @@ from halo.paths import find_repo, scratch_root
 WORKSPACE = "/workspace"
 SCRATCH = "/scratch"
 PYCACHE = "/tmp/halo-pycache"
+# The images ship no bytecode, so every process would compile torch's and transformers'
+# sources on import (~3 s of CPU each; a tier starts hundreds). In a container: bytecode under
+# PYCACHE, never into the image or the workspace (an empty value overrides the image's
+# PYTHONDONTWRITEBYTECODE=1).
+BYTECODE_ENV = {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": PYCACHE}
 SCRATCH_DIRS = ("home", "hf", "tmp", "data")
 USER_DIRS = ("home", "tmp", "data", "reports")  # what a run writes to: the user's under --user
 GPU_SHM = "16g"
@@ -103,13 +108,9 @@ def container_env(spec: RunSpec) -> dict[str, str]:
         "TMPDIR": f"{SCRATCH}/tmp{own}",
         "HALO_DATA_ROOT": f"{SCRATCH}/data",
         "HALO_SCRATCH": SCRATCH,
-        # The images ship no bytecode, so every process would compile torch's and
-        # transformers' sources on import (~3 s of CPU each; a tier starts hundreds). Bytecode
-        # goes to the container's own /tmp instead, shared by the processes of one run and gone
-        # with it: one image's files only (an empty value overrides the image's
-        # PYTHONDONTWRITEBYTECODE=1), and never into the image or the workspace.
-        "PYTHONDONTWRITEBYTECODE": "",
-        "PYTHONPYCACHEPREFIX": PYCACHE,
+        # The images ship no bytecode: it goes to the container's own /tmp, shared by the
+        # processes of one run and gone with it (one image's files only).
+        **BYTECODE_ENV,
         # A user the image's /etc/passwd does not know (`--user`, as Enroot and Apptainer run
         # as the caller) has no name: getpass.getuser(), which torch's caches call, then fails.
         # The name carries the uid: per-user folders under the shared scratch (pytest's

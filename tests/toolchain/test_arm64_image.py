@@ -20,7 +20,7 @@ from support import REPO, built_ref, docker_or_skip, halo
 from halo.images.docker import Docker
 from halo.images.realise.base import qemu_ready
 from halo.pins.lockfile import load_lock
-from halo.testing.container import PYCACHE, in_ci
+from halo.testing.container import BYTECODE_ENV, PYCACHE, in_ci
 
 pytestmark = [pytest.mark.docker, pytest.mark.arm64, pytest.mark.xdist_group("arm64")]
 
@@ -48,8 +48,8 @@ def bytecode(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """
     folder = tmp_path_factory.mktemp("pycache-arm64")
     folder.chmod(0o777)  # for whichever user the image runs as
-    return ["-e", "PYTHONDONTWRITEBYTECODE=", "-e", f"PYTHONPYCACHEPREFIX={PYCACHE}",
-            "-v", f"{folder}:{PYCACHE}"]  # fmt: skip
+    env = [a for k, v in BYTECODE_ENV.items() for a in ("-e", f"{k}={v}")]
+    return [*env, "-v", f"{folder}:{PYCACHE}"]
 
 
 @pytest.fixture(scope="module")
