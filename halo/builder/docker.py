@@ -30,9 +30,10 @@ REFUSED_LOG = "/tmp/halo-refused.log"  # inside the build container
 # record is there. Calls that compile nothing (nvcc --version) pass straight through. With
 # $HALO_PROBE_SOURCE (the pin's `probe`), the object is that source's: every other compile
 # before it leaves an empty stand-in (and its dependency file, which ninja reads), so the
-# build goes on to it and stops there, before anything links.
+# build goes on to it and stops there, before anything links. $HALO_PROBE_FLAGS (the pin's
+# `probe-defines`, as -D flags) go to that one compile alone.
 PROBE_RECORD, PROBE_OBJECT = "first-nvcc.txt", "first.o"
-PROBE_SOURCE = "HALO_PROBE_SOURCE"
+PROBE_SOURCE, PROBE_FLAGS = "HALO_PROBE_SOURCE", "HALO_PROBE_FLAGS"
 _NVCC_ONCE = f"""#!/bin/sh
 nvcc="$CUDA_HOME/bin/nvcc"
 case " $* " in *" -c "*) ;; *) exec "$nvcc" "$@" ;; esac
@@ -49,11 +50,13 @@ if [ -n "${{{PROBE_SOURCE}:-}}" ] && [ -z "$chosen" ]; then
   exit 0
 fi
 start=$(date +%s)
-"$nvcc" "$@"
+# Unquoted on purpose: one -D flag per word.
+"$nvcc" "$@" ${{{PROBE_FLAGS}:-}}
 rc=$?
 end=$(date +%s)
 [ "$rc" -eq 0 ] && [ -n "$out" ] && [ -f "$out" ] && cp "$out" /out/{PROBE_OBJECT}
-printf 'rc=%s nvcc=%s seconds=%s\\n%s\\n' "$rc" "$nvcc" "$((end - start))" "$*" \\
+printf 'rc=%s nvcc=%s seconds=%s\\n%s\\n' "$rc" "$nvcc" "$((end - start))" \\
+  "$* ${{{PROBE_FLAGS}:-}}" \\
   > /out/{PROBE_RECORD}
 exit 99
 """
@@ -72,6 +75,7 @@ def stage_context(
     patches_dir: Path,
     probe: bool = False,
     probe_source: str = "",
+    probe_defines: tuple[str, ...] = (),
 ) -> None:
     shutil.copytree(src, ctx / "src", symlinks=True)
     stage_wheels(ctx / "wheels", tc.requirements, store)
@@ -84,6 +88,8 @@ def stage_context(
         env = {**env, "PYTORCH_NVCC": "/tmp/halo-env/nvcc-once"}
         if probe_source:
             env[PROBE_SOURCE] = probe_source
+        if probe_defines:
+            env[PROBE_FLAGS] = " ".join(f"-D{m}" for m in probe_defines)
     (ctx / "env" / "build.env").write_text(
         "".join(f"{k}={_sh_quote(v)}\n" for k, v in sorted(env.items()))
     )
@@ -106,12 +112,13 @@ class DockerBuild:
     store: Store
     label: str  # the derivation's name, for messages
     probe_source: str = ""  # the source the probe compiles (the pin's `probe`; "": the first)
+    probe_defines: tuple[str, ...] = ()  # the pin's `probe-defines`, for that compile alone
 
     def run(self, probe: bool = False) -> Path:
         staged, out = self.work / "ctx", self.work / "out"
         stage_context(
             staged, self.tc, self.src, self.env, self.store, self.repo / "patches", probe,
-            self.probe_source,
+            self.probe_source, self.probe_defines,
         )  # fmt: skip
         parallel = {**self.parallel, "MAX_JOBS": "1"} if probe else dict(self.parallel)
         ctx = toolchain_context(self.tc)

@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--keep",
         type=Path,
         metavar="DIR",
-        help="with --first-object: a folder that receives each first object file",
+        help="with --first-object: a folder that receives each first object file and its nvcc command",
     )
     p.set_defaults(func=_kernels)
 

@@ -17,6 +17,7 @@ import functools
 import http.client
 import json
 import os
+import re
 import socket
 import subprocess
 import tempfile
@@ -26,6 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from halo.errors import HaloError
+
+# How BuildKit describes the record of a build context it synced from a client.
+CONTEXT_RECORD = "local source for context"
 
 
 def _run(
@@ -248,6 +252,25 @@ class Docker:
             )
             run_build(argv, {"DOCKER_BUILDKIT": "1"}, None, dockerfile.name)
             return "" if output else iidfile.read_text().strip()
+
+    def prune_build_cache(self, keep_contexts: bool = False) -> None:
+        """Drop BuildKit's unused cache records; with ``keep_contexts``, all but the synced
+        build contexts, so the next build on one sends only the files that changed."""
+        argv = [self.exe, "builder", "prune", "--force"]
+        if keep_contexts:
+            fmt = "{{json .BuildCache}}"
+            listed = _run([self.exe, "system", "df", "--verbose", "--format", fmt]).stdout
+            drop = [
+                str(r["ID"]).rstrip("*")  # docker appends a star to some IDs
+                for r in json.loads(listed or "[]") or []
+                if r.get("Description") != CONTEXT_RECORD
+            ]
+            if not drop:
+                return
+            # The engine's only filter that picks records by name (a regular expression);
+            # docker 20.10 gives every record the type "regular", so type= cannot.
+            argv += ["--filter", f"id=^({'|'.join(map(re.escape, drop))})$"]
+        _run(argv)
 
     def pull(self, ref: str) -> None:
         """Pull (a staged digest, say) through the engine, with docker's own credentials."""

@@ -46,6 +46,7 @@ class SourcePin:
     env: dict[str, str] = field(default_factory=dict)
     submodules: tuple[Submodule, ...] = ()
     probe: str = ""  # the source the first-object probe compiles ("": ninja's first)
+    probe_defines: tuple[str, ...] = ()  # macros the probe's one compile defines
 
     @property
     def key(self) -> str:
@@ -79,6 +80,11 @@ class SourcePinSpec(Strict):
     # tree, under `subdirectory`), instead of whichever one the build's ninja schedules first.
     # Not an input of the derivation's hash: the wheel's build compiles every source.
     probe: RelativePath | None = None
+    # Macros that compile alone defines (-D): the source's own switches for fewer template
+    # instances, so the probe proves the toolchain in a minute, not several. Not hashed either.
+    probe_defines: list[Annotated[str, matches(r"[A-Za-z_][A-Za-z0-9_]*", "a C macro name")]] = (
+        Field(default_factory=list, alias="probe-defines")
+    )
 
 
 class SourcesFile(Strict):
@@ -119,6 +125,7 @@ def parse_source_pins(text: str, origin: str) -> tuple[SourcePin, ...]:
                     for m in spec.submodule
                 ),
                 probe=spec.probe or "",
+                probe_defines=tuple(spec.probe_defines),
             )
         )
     found.check()

@@ -25,6 +25,10 @@ from halo.testing.container import BYTECODE_ENV, PYCACHE, in_ci
 pytestmark = [pytest.mark.docker, pytest.mark.arm64, pytest.mark.xdist_group("arm64")]
 
 STEPS = 3
+# Two sequences a step, not the example's eight: qemu computes floating point in software, about
+# 0.1 GFLOP/s here, and one step of eight took 22 s of the test's minutes. Both images run the
+# same flags, so their losses still compare step by step.
+BATCH = 2
 # The same model, data, seed and steps: losses differ only by how each CPU rounds (x86's AVX
 # and Arm's NEON kernels sum in other orders), about 1e-6 relative per step measured here;
 # 1e-4 relative leaves room and still catches a wrong token, batch or learning rate.
@@ -107,7 +111,8 @@ def _losses(docker: Docker, ref: str, out: Path, flags: list[str]) -> list[float
             "-v", f"{REPO}:/workspace:ro", "-v", f"{out}:/out", ref,
             "halo", "launch", "sft", "examples/sft/config.yaml", "--",
             "--runtime.paths.checkpoints=/out/checkpoints", "--runtime.paths.logs=/out/logs",
-            f"--training.max_steps={STEPS}", "--checkpoint.resume=false",
+            f"--training.max_steps={STEPS}", f"--training.global_batch_size={BATCH}",
+            "--checkpoint.resume=false",
         ],
         capture=True,
     )  # fmt: skip

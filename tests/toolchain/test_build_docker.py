@@ -29,7 +29,7 @@ from support import REPO, built_ref, docker_or_skip, halo, linked_store
 
 from halo.images.base import DEFAULT_EPOCH, base_ref
 from halo.images.catalog import load_catalog
-from halo.images.docker import Docker
+from halo.images.docker import CONTEXT_RECORD, Docker
 from halo.images.reproducible import iso
 from halo.paths import store_root
 from halo.pins.lockfile import load_lock
@@ -414,10 +414,19 @@ class Private:
     build_need: int  # free bytes one build in the engine needs
     exe: str  # the docker CLI
 
-    def drop_build_cache(self) -> None:
+    def drop_build_cache(self, keep_contexts: bool = False) -> None:
         """Give back what BuildKit keeps after a build (the engine's own; nobody else's)."""
-        prune = [self.exe, "builder", "prune", "--all", "--force"]
-        subprocess.run(prune, env={**os.environ, **self.env}, capture_output=True, check=True)
+        code = "from halo.images.docker import Docker; Docker.discover()"
+        code += f".prune_build_cache(keep_contexts={keep_contexts})"
+        env = {**os.environ, **self.env}
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=True)
+
+    def build_records(self) -> dict[str, dict[str, object]]:
+        """The engine's build cache records by ID (Description, Size, Shared: held by an image)."""
+        argv = [self.exe, "system", "df", "--verbose", "--format", "{{json .BuildCache}}"]
+        env = {**os.environ, **self.env}
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+        return {str(r["ID"]).rstrip("*"): r for r in json.loads(out or "[]") or []}
 
 
 @pytest.fixture(scope="module")
@@ -488,4 +497,14 @@ def test_same_inputs_give_the_same_image_id_in_another_engine_from_a_fresh_store
     assert "Successfully installed" in there.stderr and "torch-" in there.stderr, "built there"
     row = next(li for li in there.stdout.splitlines() if li.startswith("halo:cpu "))
     assert row.split()[1:4] == [expected[:19], expected[:19], "same"], there.stdout
+    # What image-check does between its images: what a full prune drops goes, but for the
+    # synced context, so the next build on it sends only what changed.
+    before = private_cpu.build_records()
+    contexts = {k for k, r in before.items() if r["Description"] == CONTEXT_RECORD}
+    assert any(before[k]["Size"] != "0B" for k in contexts), before  # the wheels went over
+    private_cpu.drop_build_cache(keep_contexts=True)
+    kept = set(private_cpu.build_records())
+    assert contexts <= kept < set(before), (before, kept)
     private_cpu.drop_build_cache()
+    after = set(private_cpu.build_records())
+    assert kept - contexts <= after and not contexts & after, (before, kept, after)

@@ -11,6 +11,7 @@ nothing is downloaded, git is not run, and nvcc compiles for the image's one arc
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -114,6 +115,15 @@ def test_fa2_compiles_its_first_object_in_the_builder_image_for_blackwell_only(
     assert first == "flash_fwd_hdim32_bf16_sm80.cu", row
     obj = keep / "flash-attn-first.o"
     assert obj.stat().st_size > 0 and obj.read_bytes()[:4] == b"\x7fELF"
+    # The pin's probe-defines reached that compile, and the source honoured them: of the
+    # forward kernel's instances (one per combination of its switches, 30 s here against
+    # 250 s) only causal x even-sequence ones are left, named by their host stubs.
+    command = (keep / "flash-attn-first.txt").read_text().splitlines()[1]
+    assert PINS["flash-attn"].probe_defines, "the probe would compile every instance (minutes)"
+    for macro in PINS["flash-attn"].probe_defines:
+        assert f"-D{macro}" in command.split(), command
+    stub = rb"__device_stub__ZN5flash16flash_fwd_kernelI\w+?EEEvNS_16Flash_fwd_params"
+    assert 0 < len(set(re.findall(stub, obj.read_bytes()))) <= 4
     assert "nothing stored" in proc.stdout
 
 

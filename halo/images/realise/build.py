@@ -25,6 +25,7 @@ from halo.paths import cache_home, per_engine
 from halo.report import say
 
 if TYPE_CHECKING:
+    from halo.images.catalog_types import Image
     from halo.pins.lockfile import Lock
     from halo.store.store import Store
 
@@ -51,14 +52,22 @@ class Recipe:
 
 
 def context_dir(name: str) -> Path:
-    """An image's build context: one fixed path per engine (and platform), updated in place
+    """A build context: one fixed path per engine (and platform), updated in place
     (halo.images.context)."""
     return per_engine(cache_home() / "contexts") / name
 
 
+def image_context(image: Image) -> Path:
+    """The context of every image on ``image``'s base: BuildKit keeps a synced context by its
+    path and sends only what changed, and images on one base share most of their wheels (the
+    four on debian12-gpu, torch and CUDA's 3 GB), so those go over once, not once per image.
+    Two builds on one base take turns (exclusive_context)."""
+    return context_dir(f"base-{image.base}")
+
+
 def dockerfile_recipe(repo: Path, node: ImageNode, builder: Builder, no_cache: bool) -> Recipe:
     image = node.image
-    ctx = context_dir(image.name)
+    ctx = image_context(image)
     iid = ctx.with_name(f".{image.name}.iid")
     argv = build_argv(
         builder,
@@ -161,7 +170,7 @@ def run_dockerfile(
 
     image = node.image
     ctx, iid = recipe.context, recipe.iidfile
-    with exclusive_context(ctx.with_name(f".{image.name}.lock")):
+    with exclusive_context(ctx.with_name(f".{ctx.name}.lock")):
         say(
             f"build {image.moving_ref}: staging context (verifying {len(lock.artifacts)} artifacts)"
         )

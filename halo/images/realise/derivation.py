@@ -172,7 +172,7 @@ def _docker_job(
     assert r.docker is not None  # checked by _staged
     return DockerBuild(
         drv.toolchain, src, drv.pin.subdirectory, dict(drv.env), parallel, work, r.repo,
-        r.docker, r.store, drv.name, drv.pin.probe,
+        r.docker, r.store, drv.name, drv.pin.probe, drv.pin.probe_defines,
     )  # fmt: skip
 
 
@@ -269,6 +269,7 @@ def first_object(drv: DerivationNode, r: Realiser, keep: Path | None = None) -> 
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(obj, keep / f"{drv.name}-first.o")
+            (keep / f"{drv.name}-first.txt").write_text(text)  # its nvcc command line
         size = obj.stat().st_size
     head, command = [*text.splitlines(), ""][:2]
     fields = dict(part.split("=", 1) for part in head.split() if "=" in part)
