@@ -123,7 +123,7 @@ class DockerBuild:
         parallel = {**self.parallel, "MAX_JOBS": "1"} if probe else dict(self.parallel)
         ctx = toolchain_context(self.tc)
         # One build in the toolchain's context at a time; it is brought to this build's files.
-        with exclusive_context(ctx.with_name(f".{ctx.name}.lock")):
+        with exclusive_context(ctx):
             ContextSync(ctx).mirror(staged, fresh=("src", "env", "install"))
             self.docker.build(
                 context=ctx,

@@ -429,7 +429,7 @@ def assemble(
     assert isinstance(fetch, FetchDebs)
     check_uv()
     work = work_dir(node)
-    with exclusive_context(work.with_name(f".{work.name}.lock")):
+    with exclusive_context(work):
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         try:

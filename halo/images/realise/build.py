@@ -132,10 +132,12 @@ def planned_lock(repo: Path, node: FetchWheels) -> Lock:
 
 
 @contextlib.contextmanager
-def exclusive_context(path: Path) -> Iterator[None]:
-    """One build of an image at a time per context (two would overwrite each other's files)."""
+def exclusive_context(ctx: Path) -> Iterator[None]:
+    """One build at a time per context folder (two would overwrite each other's files), held by
+    the lock file ``.NAME.lock`` beside it."""
     from halo.atomic import exclusive
 
+    path = ctx.with_name(f".{ctx.name}.lock")
     with contextlib.ExitStack() as held:
         try:
             held.enter_context(exclusive(path))
@@ -170,7 +172,7 @@ def run_dockerfile(
 
     image = node.image
     ctx, iid = recipe.context, recipe.iidfile
-    with exclusive_context(ctx.with_name(f".{ctx.name}.lock")):
+    with exclusive_context(ctx):
         say(
             f"build {image.moving_ref}: staging context (verifying {len(lock.artifacts)} artifacts)"
         )
