@@ -4,7 +4,7 @@ A session starts once everything in its ``after`` has passed and the machine has
 it: its ``cpus`` beside the running sessions' within the table's ``cpus`` (default: the
 machine's cores + 1, the one for sessions that mostly wait on disk or the network), and its
 ``disk_gb`` (the most it adds to the disk while it runs) within the free disk, less what the
-running ones may still take and ``disk_margin_gb``. Bazel schedules its actions so (resource
+running ones may still take (DiskLedger) and ``disk_margin_gb``. Bazel schedules its actions so (resource
 sets): two cores running five builds at once ran each one slower than in turn, and ran the
 disk full. Waiting sessions start in the table's order. ``alone`` waits for every other
 session and runs with the machine to itself (a benchmark). ``external`` rows are timed by
@@ -14,6 +14,7 @@ anything wrong with the file.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -72,20 +73,71 @@ class Pipeline:
         return replace(self, sessions=kept)
 
 
+class DiskLedger:
+    """What the running sessions may still add to the disk: each one's ``disk_gb`` less what it
+    has added so far.
+
+    The free disk already holds what they wrote, so holding back their whole ``disk_gb`` counts
+    it twice (run 25 held kernels and test-arm64 for minutes with 44 GB free). Who wrote which
+    bytes is not known, so each change of the free disk is shared among the running sessions:
+    a loss in proportion to what each may still write, a gain (a session removed its images)
+    in proportion to what each has added, so that it may write that much again."""
+
+    def __init__(self, free_gb: float) -> None:
+        self._free = free_gb
+        self._limit: dict[str, float] = {}
+        self._added: dict[str, float] = {}
+
+    def start(self, s: Session) -> None:
+        self._limit[s.name] = s.disk_gb
+        self._added[s.name] = 0.0
+
+    def end(self, name: str) -> None:
+        self._limit.pop(name, None)
+        self._added.pop(name, None)
+
+    def observe(self, free_gb: float) -> None:
+        """The free disk now: what it lost or gained since the last look, shared out."""
+        if not (math.isfinite(free_gb) and math.isfinite(self._free)):
+            self._free = free_gb
+            return
+        written, self._free = self._free - free_gb, free_gb
+        weights = {
+            n: (lim - self._added[n]) if written > 0 else self._added[n]
+            for n, lim in self._limit.items()
+        }
+        total = sum(weights.values())
+        if total <= 0:
+            return
+        for n, w in weights.items():
+            added = self._added[n] + written * w / total
+            self._added[n] = min(max(added, 0.0), self._limit[n])
+
+    @property
+    def held_gb(self) -> float:
+        return sum(lim - self._added[n] for n, lim in self._limit.items())
+
+
 def waits_for(
-    s: Session, running: Sequence[Session], cpus: float, free_gb: float, margin_gb: float
+    s: Session,
+    running: Sequence[Session],
+    cpus: float,
+    free_gb: float,
+    margin_gb: float,
+    held_gb: float | None = None,
 ) -> str | None:
     """None when ``s`` may start beside ``running``; else what it waits for, in words.
 
-    The running sessions' ``disk_gb`` is held back whole, as if they had written nothing yet:
-    a session may be at its start, and a full disk fails every session at once. A session
-    alone on the machine always starts (the machine is all there is)."""
+    ``held_gb`` is what the running sessions may still write (a DiskLedger's); None holds
+    back their whole ``disk_gb``, as if they had written nothing yet. A full disk fails every
+    session at once. A session alone on the machine always starts (the machine is all there
+    is)."""
     if not running:
         return None
     busy = sum(r.cpus for r in running)
     if busy + s.cpus > cpus + 1e-9:
         return f"cores: {busy:g} of {cpus:g} busy, it needs {s.cpus:g}"
-    held = sum(r.disk_gb for r in running)
+    held = sum(r.disk_gb for r in running) if held_gb is None else held_gb
     room = free_gb - margin_gb - held
     if s.disk_gb > 0 and s.disk_gb > room:
         return f"disk: {max(room, 0):.0f} GB to spare, it may write {s.disk_gb:g}"

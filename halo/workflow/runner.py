@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from halo.workflow.pipeline import Pipeline, Session, waits_for
+from halo.workflow.pipeline import DiskLedger, Pipeline, Session, waits_for
 
 Launch = Callable[[Session, Mapping[str, str], TextIO], subprocess.Popen[bytes]]
 HEARTBEAT_S = 60.0
@@ -142,6 +142,7 @@ def run_pipeline(
     last_beat = t0
     room = pipeline.cpus if pipeline.cpus is not None else cpus
     waiting: dict[str, str] = {}  # a pending session whose turn has come: why it waits
+    ledger = DiskLedger(free_gb())
 
     def stamp() -> str:
         m, s = divmod(int(clock() - t0), 60)
@@ -166,7 +167,10 @@ def run_pipeline(
                 rc = r.proc.poll()
                 if rc is not None:
                     del running[name]
+                    ledger.end(name)
                     finish(r, rc)
+            free_now = free_gb()
+            ledger.observe(free_now)
             for s in list(pending):
                 blocked = [a for a in s.after if a in done and done[a].state != "passed"]
                 if blocked:
@@ -183,7 +187,9 @@ def run_pipeline(
                 if not s.alone and any(r.session.alone for r in running.values()):
                     continue
                 beside_now = [r.session for r in running.values()]
-                why = waits_for(s, beside_now, room, free_gb(), pipeline.disk_margin_gb)
+                why = waits_for(
+                    s, beside_now, room, free_now, pipeline.disk_margin_gb, ledger.held_gb
+                )
                 if why is not None:
                     waiting[s.name] = why
                     continue
@@ -196,6 +202,7 @@ def run_pipeline(
                 for r in running.values():
                     r.beside.add(s.name)
                 running[s.name] = new
+                ledger.start(s)
                 beside = (
                     f" (beside {', '.join(sorted(running.keys() - {s.name}))})"
                     if len(running) > 1

@@ -22,6 +22,7 @@ from halo.junit import read_cases, read_counts
 from halo.workflow import cireport
 from halo.workflow.machine import CpuTimes, Sample, busy_share, mem_used, window
 from halo.workflow.pipeline import (
+    DiskLedger,
     Pipeline,
     Session,
     load_pipeline,
@@ -155,12 +156,41 @@ def test_a_session_waits_for_cores_and_disk_and_starts_alone_whatever_it_needs()
     assert waits_for(kernels, [], 3, 0, 6) is None  # alone: the machine is all there is
     assert waits_for(toolchain, [images], 3, 60, 6) is None
     assert waits_for(kernels, [toolchain, images], 3, 60, 6) == "cores: 3 of 3 busy, it needs 1"
-    # Room for its cores but not its disk: the running ones' disk_gb is held back whole.
+    # Room for its cores but not its disk: without a ledger the running ones' disk_gb is held
+    # back whole; with one, only what they may still write.
     assert waits_for(kernels, [images], 3, 40, 6) == "disk: 9 GB to spare, it may write 12"
     assert waits_for(kernels, [images], 3, 43, 6) is None
+    assert waits_for(kernels, [images], 3, 40, 6, held_gb=10) is None
+    assert waits_for(kernels, [images], 3, 40, 6, held_gb=23) == (
+        "disk: 11 GB to spare, it may write 12"
+    )
     assert waits_for(Session("lint", 1, cpus=0.2), [toolchain], 2, 0, 6) == (
         "cores: 2 of 2 busy, it needs 0.2"
     )
+
+
+def test_the_disk_ledger_holds_back_only_what_the_running_sessions_may_still_write() -> None:
+    images, toolchain = Session("images", 1, disk_gb=25), Session("toolchain", 1, disk_gb=18)
+    ledger = DiskLedger(60)
+    ledger.start(images)
+    assert ledger.held_gb == 25
+    ledger.observe(45)  # images wrote 15 of its 25
+    assert ledger.held_gb == pytest.approx(10)
+    ledger.start(toolchain)
+    # 13.5 GB written while both ran: shared by what each may still write (10 : 18).
+    ledger.observe(31.5)
+    assert ledger.held_gb == pytest.approx(28 - 13.5)
+    # 8.5 GB freed (images removed): given back by what each has added, so it may write again.
+    ledger.observe(40)
+    assert ledger.held_gb == pytest.approx(23)
+    ledger.observe(0)  # more than they may write: nothing is held, never less
+    assert ledger.held_gb == 0
+    ledger.observe(100)  # all of it freed: back to their whole disk_gb, never more
+    assert ledger.held_gb == pytest.approx(43)
+    ledger.end("images")
+    assert ledger.held_gb == pytest.approx(18)
+    ledger.observe(float("inf"))  # no disk measured: nothing to share
+    assert ledger.held_gb == pytest.approx(18)
 
 
 def test_the_runner_starts_a_session_when_there_is_room_and_says_what_waits(
