@@ -4,9 +4,9 @@ A session starts once everything in its ``after`` has passed and the machine has
 it: its ``cpus`` beside the running sessions' within the table's ``cpus`` (default: the
 machine's cores + 1, the one for sessions that mostly wait on disk or the network), and its
 ``disk_gb`` (the most it adds to the disk while it runs) within the free disk, less what the
-running ones may still take (DiskLedger) and ``disk_margin_gb``. Bazel schedules its actions so (resource
-sets): two cores running five builds at once ran each one slower than in turn, and ran the
-disk full. Waiting sessions start in the table's order. ``alone`` waits for every other
+running ones may still take (DiskLedger) and ``disk_margin_gb``. Bazel schedules its actions
+so (resource sets): two cores running five builds at once ran each one slower than in turn,
+and ran the disk full. Waiting sessions start in the table's order. ``alone`` waits for every other
 session and runs with the machine to itself (a benchmark). ``external`` rows are timed by
 their caller (.ci/run's setup), not started here. Parsing is pure: one HaloError line for
 anything wrong with the file.

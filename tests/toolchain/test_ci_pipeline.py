@@ -214,6 +214,27 @@ def test_the_runner_starts_a_session_when_there_is_room_and_says_what_waits(
     assert any(li.split("] ", 1)[1].startswith("waiting: c (cores: 2 of 2") for li in lines)
 
 
+def test_the_runner_counts_what_a_running_session_has_written_against_its_disk_gb(
+    tmp_path: Path,
+) -> None:
+    pipeline = _pipeline(
+        Session("writer", 1, disk_gb=10),
+        Session("gate", 1),
+        Session("late", 1, after=("gate",), disk_gb=10),
+    )
+    rec = Recorder(tmp_path, {"writer": (1.5, 0), "gate": (0.2, 0), "late": (0.1, 0)})
+    # The writer writes its whole 10 GB as it starts: 30 GB free, then 20.
+    started = tmp_path / "writer.times"
+    out = run_pipeline(
+        pipeline, tmp_path / "r", rec, [].append, base_env={}, poll_s=0.05, cpus=3,
+        free_gb=lambda: 20.0 if started.exists() else 30.0,
+    )  # fmt: skip
+    assert [o.state for o in out] == ["passed"] * 3
+    # 20 free, margin 6, nothing left for the writer to write: 14 to spare. Holding back its
+    # whole disk_gb again would leave 4, and late would wait for the writer to end.
+    assert rec.times("late")[0] < rec.times("writer")[1] - 0.5
+
+
 def test_a_failed_session_skips_its_dependents_and_shows_its_log_but_others_go_on(
     tmp_path: Path,
 ) -> None:
