@@ -410,18 +410,21 @@ def test_a_kept_run_is_compared_with_the_next(tmp_path: Path) -> None:
 
 
 def test_the_runner_end_to_end_through_nox_with_a_real_session(repo_copy: Path) -> None:
-    """`halo workflow run --only docs ci-render`: real nox sessions, the table, the files."""
+    """`halo workflow run --only checks lint`: real nox sessions, the table, the files."""
+    # A checkout, as CI's: ruff reads .gitignore and the device check lists git's files.
+    subprocess.run(["git", "init", "-q"], cwd=repo_copy, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=repo_copy, check=True)
     proc = subprocess.run(
-        [sys.executable, "-m", "halo", "workflow", "run", "--only", "docs", "ci-render",
+        [sys.executable, "-m", "halo", "workflow", "run", "--only", "checks", "lint",
          "--report", str(repo_copy / "rep")],
         cwd=repo_copy, capture_output=True, text=True, check=False,
         env={**__import__("os").environ, "XDG_CACHE_HOME": str(repo_copy / "cache"),
              "HALO_CI_STARTED": str(time.time() - 30)},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "start docs" in proc.stderr and "ok   ci-render --check" in proc.stderr
+    assert "start checks" in proc.stderr and "ok   lint" in proc.stderr
     assert "setup" in proc.stdout and "whole run" in proc.stdout
     summary = cireport.from_json((repo_copy / "rep" / "summary.json").read_text())
-    assert [r.session for r in summary.rows] == ["setup", "ci-render", "docs"]
+    assert [r.session for r in summary.rows] == ["setup", "lint", "checks"]
     assert summary.minutes >= 0.5  # the 30 s of "setup" before it count
     assert list((repo_copy / "cache" / "halo" / "ci-runs").glob("ci-*.json"))
