@@ -19,6 +19,25 @@ PYTHON = "3.11"
 IMAGES = ("cpu", "blackwell", "hopper", "vllm", "sglang")
 STACK_SETS = ("blackwell", "hopper", "vllm", "sglang")
 
+# The quick checks' commands, by the name of their session (its posargs follow), and what
+# `checks`, which runs them all in one venv (CI's way), gives each.
+QUICK = {
+    "pins-check": ("halo", "pins", "check"),
+    "ci-render": ("halo", "workflow", "render"),
+    "docs": ("halo", "docs", "check"),
+    "diagrams": ("halo", "diagrams"),
+    "plan": ("halo", "image", "plan"),
+    "device-check": ("python", "-m", "halo.testing.devicecheck"),
+}
+CHECKS = {
+    "pins-check": (),
+    "ci-render": ("--check",),
+    "docs": (),
+    "diagrams": ("--check",),
+    "plan": ("--all",),
+    "device-check": ("--dry-run",),
+}
+
 
 # The toolchain's own environment (halo's dependencies, the `toolchain` extra, the dev group),
 # locked by uv as pinned, hash-checked requirements: names, versions and sha256, no index
@@ -145,7 +164,7 @@ def lock_check(session: nox.Session) -> None:
 def pins_check(session: nox.Session) -> None:
     """The cross-set invariants (offline)."""
     _halo(session)
-    session.run("halo", "pins", "check", *session.posargs)
+    session.run(*QUICK["pins-check"], *session.posargs)
 
 
 @nox.session(python=PYTHON)
@@ -181,7 +200,7 @@ def build_all(session: nox.Session) -> None:
 def plan(session: nox.Session) -> None:
     """Print an image's build plan without Docker (default: every image)."""
     _halo(session)
-    session.run("halo", "image", "plan", *(session.posargs or ["--all"]))
+    session.run(*QUICK["plan"], *(session.posargs or CHECKS["plan"]))
 
 
 # One worker per core; tests that share an engine's tag, a staged image or a registry path run
@@ -473,7 +492,7 @@ def device_check(session: nox.Session) -> None:
     the command here (gpu_core natively + the GPU benchmark, junit and table under --out).
     """
     _halo(session)
-    session.run("python", "-m", "halo.testing.devicecheck", *session.posargs)
+    session.run(*QUICK["device-check"], *session.posargs)
 
 
 @nox.session(name="seed-hf-cache", python=PYTHON)
@@ -487,7 +506,7 @@ def seed_hf_cache(session: nox.Session) -> None:
 def ci_render(session: nox.Session) -> None:
     """Render ci/matrix.yaml into .github/ (-- --check to compare instead)."""
     _halo(session)
-    session.run("halo", "workflow", "render", *session.posargs)
+    session.run(*QUICK["ci-render"], *session.posargs)
 
 
 @nox.session(name="host-setup", python=PYTHON)
@@ -495,17 +514,6 @@ def host_setup(session: nox.Session) -> None:
     """Prepare a hosted CI runner: -- mmdebstrap registry (apt packages, user namespaces)."""
     _halo(session)
     session.run("halo", "workflow", "host-setup", *session.posargs)
-
-
-# The checkout's quick checks, as the sessions of their names run them.
-CHECKS = (
-    ("halo", "pins", "check"),
-    ("halo", "workflow", "render", "--check"),
-    ("halo", "docs", "check"),
-    ("halo", "diagrams", "--check"),
-    ("halo", "image", "plan", "--all"),
-    ("python", "-m", "halo.testing.devicecheck", "--dry-run"),
-)
 
 
 @nox.session(python=PYTHON)
@@ -521,8 +529,8 @@ def checks(session: nox.Session) -> None:
     _halo(session)
     venv = getattr(session.virtualenv, "location", None)
     env = {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": f"{venv}/pycache"} if venv else {}
-    for argv in CHECKS:
-        session.run(*argv, env=env)
+    for name, args in CHECKS.items():
+        session.run(*QUICK[name], *args, env=env)
 
 
 @nox.session(python=PYTHON)
@@ -537,14 +545,14 @@ def precommit(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Check the links and anchors of README.md and docs/ (offline)."""
     _halo(session)
-    session.run("halo", "docs", "check", *session.posargs)
+    session.run(*QUICK["docs"], *session.posargs)
 
 
 @nox.session(python=PYTHON)
 def diagrams(session: nox.Session) -> None:
     """Draw docs/diagrams/ from the code with Graphviz's dot (-- --check compares instead)."""
     _halo(session)
-    session.run("halo", "diagrams", *session.posargs)
+    session.run(*QUICK["diagrams"], *session.posargs)
 
 
 @nox.session(python=PYTHON)
