@@ -206,13 +206,17 @@ def launch(args: argparse.Namespace) -> int:
     # with the same one-line refusal; every other launch checks them here, before any process.
     cfg = config.load(args.config, spec.name, extra, model_class=False)
     if args.slurm:
-        config.check_model_class(cfg, args.config)
         from halo.train.launch import slurm
 
         forwarded = parallel_overrides(args) + user
         job = slurm.job_from_config(spec.name, args.config.resolve(), cfg, args.nproc, forwarded)
+        # The launch's own inputs (nodes, batch, container, venv, sbatch) first: a wrong one is
+        # answered at once, not after the model's class has imported transformers and torch.
+        sbatch = slurm.Sbatch()
+        slurm.refuse(job, args.dry_run, sbatch)
+        config.check_model_class(cfg, args.config)
         dims = _mesh(cfg, spec.name, job.nodes * job.nproc_per_node)
-        rc = slurm.launch(job, args.dry_run, slurm.Sbatch())
+        rc = slurm.launch(job, args.dry_run, sbatch, checked=True)
         if args.dry_run:
             print("\n".join(_plan(cfg, dims)))
         return rc
@@ -229,11 +233,18 @@ def launch(args: argparse.Namespace) -> int:
         sys.executable,
         accelerate_installed=importlib.util.find_spec("accelerate") is not None,
     )
+    checks = pf.gather(cfg, nproc, gpus)
+    env = {**os.environ, **plan.env}
+    if not args.dry_run:
+        # The host's refusals need no torch: before the model's class imports it.
+        pf.failures(checks)
+        from halo.train.launch import fabric
+
+        fabric.check(cfg.runtime.fabric, env)
     dims = None
     if args.dry_run or plan.launcher != "python":
         config.check_model_class(cfg, args.config)
         dims = _mesh(cfg, spec.name, nproc * cfg.runtime.nnodes)
-    checks = pf.gather(cfg, nproc, gpus)
     if args.dry_run:
         env = " ".join(
             f"{k}={HIDDEN if is_secret_name(k) else shlex.quote(v)}"
@@ -262,11 +273,6 @@ def launch(args: argparse.Namespace) -> int:
         for line in _describe(spec.view or spec.module, cfg):
             print(line)
         return 0
-    pf.failures(checks)
-    env = {**os.environ, **plan.env}
-    from halo.train.launch import fabric
-
-    fabric.check(cfg.runtime.fabric, env)
     print(f"halo launch: {shlex.join(hide_argv(plan.argv))}", file=sys.stderr, flush=True)
     if plan.launcher == "python":
         from halo.train.loop import stopping

@@ -70,20 +70,28 @@ def run_halo(*args: str, timeout: float = 300, **env: str) -> subprocess.Complet
 
 
 def run_halo_without(
-    modules: list[str], *args: str, timeout: float = 300
+    modules: list[str], *args: str, timeout: float = 300, forbid: bool = False, **env: str
 ) -> subprocess.CompletedProcess[str]:
     """`halo ARGS` with ``modules`` unimportable (``sys.modules[name] = None``), as on a host
-    that lacks them: a login node has halo and the tokenizer libraries, and no torch."""
+    that lacks them: a login node has halo and the tokenizer libraries, and no torch.
+
+    ``forbid``: importing one of them is an error instead (RuntimeError, which no optional
+    import catches): for what must answer before it would import them at all."""
+    absent = f"for name in {modules!r}:\n    sys.modules[name] = None\n"
+    forbidden = (
+        "class Forbid:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name.partition('.')[0] in {modules!r}:\n"
+        "            raise RuntimeError(f'imported {name}')\n"
+        "sys.meta_path.insert(0, Forbid())\n"
+    )
     code = (
-        "import sys\n"
-        f"for name in {modules!r}:\n"
-        "    sys.modules[name] = None\n"
-        "from halo.cli import main\n"
+        "import sys\n" + (forbidden if forbid else absent) + "from halo.cli import main\n"
         f"raise SystemExit(main({list(args)!r}))\n"
     )
     return subprocess.run(
         [sys.executable, "-c", code],
-        env=halo_env(),
+        env=halo_env(**env),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -333,14 +333,22 @@ def job_from_config(
     )
 
 
-def launch(job: SlurmJob, dry_run: bool, scheduler: Scheduler) -> int:
-    """Check ``job``; print its script (dry run) or submit it and print the job id."""
-    import sys
-
+def refuse(job: SlurmJob, dry_run: bool, scheduler: Scheduler) -> None:
+    """The job's own refusals, each one line: Slurm's commands where it is submitted, then
+    `check`."""
     missing = scheduler.available()
     if missing is not None and not dry_run:
         raise HaloError(f"--slurm: {missing}")
     check(job, None if missing else scheduler)
+
+
+def launch(job: SlurmJob, dry_run: bool, scheduler: Scheduler, checked: bool = False) -> int:
+    """Check ``job`` (unless ``checked``: `refuse` ran); print its script (dry run) or submit
+    it and print the job id."""
+    import sys
+
+    if not checked:
+        refuse(job, dry_run, scheduler)
     script = render(job)
     if dry_run:
         print(script, end="")
