@@ -80,16 +80,21 @@ def _halo(session: nox.Session) -> None:
         session.install("--no-deps", "-e", ".", silent=True)
 
 
+def _bytecode_under(folder: str) -> dict[str, str]:
+    """An environment in which Python writes and reads bytecode under ``folder`` alone (an
+    empty value lifts the host's PYTHONDONTWRITEBYTECODE; the sources' folders stay clean)."""
+    return {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": folder}
+
+
 def _stack_bytecode(scratch: str) -> dict[str, str]:
     """The environment of processes that run from a stack venv: bytecode under one folder.
 
     Stacks install without bytecode, as the images do; where PYTHONDONTWRITEBYTECODE is set
     (CI's environment), every trainer process then compiled torch's and transformers' sources
     again, ~4 s of CPU each. test-slurm's nodes and test-s3 share the one venv, so they share
-    its bytecode too (an empty value lifts the host's setting; the venv itself stays as
-    installed).
+    its bytecode too (the venv itself stays as installed).
     """
-    return {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": f"{scratch}/pycache/stacks"}
+    return _bytecode_under(f"{scratch}/pycache/stacks")
 
 
 def _bytecode(session: nox.Session) -> None:
@@ -528,7 +533,7 @@ def checks(session: nox.Session) -> None:
     """
     _halo(session)
     venv = getattr(session.virtualenv, "location", None)
-    env = {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": f"{venv}/pycache"} if venv else {}
+    env = _bytecode_under(f"{venv}/pycache") if venv else {}
     for name, args in CHECKS.items():
         session.run(*QUICK[name], *args, env=env)
 

@@ -216,7 +216,7 @@ def launch(args: argparse.Namespace) -> int:
         slurm.refuse(job, args.dry_run, sbatch)
         config.check_model_class(cfg, args.config)
         dims = _mesh(cfg, spec.name, job.nodes * job.nproc_per_node)
-        rc = slurm.launch(job, args.dry_run, sbatch, checked=True)
+        rc = slurm.submit(job, args.dry_run, sbatch)
         if args.dry_run:
             print("\n".join(_plan(cfg, dims)))
         return rc
@@ -246,7 +246,7 @@ def launch(args: argparse.Namespace) -> int:
         config.check_model_class(cfg, args.config)
         dims = _mesh(cfg, spec.name, nproc * cfg.runtime.nnodes)
     if args.dry_run:
-        env = " ".join(
+        shown_env = " ".join(
             f"{k}={HIDDEN if is_secret_name(k) else shlex.quote(v)}"
             for k, v in sorted(plan.env.items())
         )
@@ -256,7 +256,7 @@ def launch(args: argparse.Namespace) -> int:
             f"gradient accumulation {plan.accumulation}"
         )
         shown = shlex.join(hide_argv(plan.argv))  # an override may carry a token
-        print(f"command: {(env + ' ') if env else ''}{shown}")
+        print(f"command: {(shown_env + ' ') if shown_env else ''}{shown}")
         print(f"checkpoints: {cfg.job_dir}")
         print(f"logs: {cfg.log_dir / 'metrics.jsonl'}")
         print("# preflight")

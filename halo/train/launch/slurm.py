@@ -342,13 +342,16 @@ def refuse(job: SlurmJob, dry_run: bool, scheduler: Scheduler) -> None:
     check(job, None if missing else scheduler)
 
 
-def launch(job: SlurmJob, dry_run: bool, scheduler: Scheduler, checked: bool = False) -> int:
-    """Check ``job`` (unless ``checked``: `refuse` ran); print its script (dry run) or submit
-    it and print the job id."""
+def launch(job: SlurmJob, dry_run: bool, scheduler: Scheduler) -> int:
+    """Check ``job``; print its script (dry run) or submit it and print the job id."""
+    refuse(job, dry_run, scheduler)
+    return submit(job, dry_run, scheduler)
+
+
+def submit(job: SlurmJob, dry_run: bool, scheduler: Scheduler) -> int:
+    """Print the script of a checked ``job`` (dry run) or submit it and print the job id."""
     import sys
 
-    if not checked:
-        refuse(job, dry_run, scheduler)
     script = render(job)
     if dry_run:
         print(script, end="")
