@@ -33,6 +33,7 @@ def dry_run(pipeline: Pipeline) -> str:
             "alone" if s.alone else "",
             "" if s.external else f"{s.cpus:g}",
             f"{s.disk_gb:g}" if s.disk_gb else "",
+            f"{s.nice:+d}" if s.nice else "",
             f"{s.budget:g}",
         )
         for s in pipeline.sessions
@@ -43,7 +44,7 @@ def dry_run(pipeline: Pipeline) -> str:
         f"{pipeline.target_minutes:g} min, limit {pipeline.limit_minutes:g} min; room for "
         f"{room} cores, the free disk less {pipeline.disk_margin_gb:g} GB"
     )
-    cols = ("session", "after", "alone", "cores", "disk GB", "budget (min)")
+    cols = ("session", "after", "alone", "cores", "disk GB", "nice", "budget (min)")
     return head + "\n" + table(cols, rows)
 
 

@@ -35,6 +35,7 @@ class Session:
     why: str = ""  # a note for the table's reader
     cpus: float = 1.0  # cores it keeps busy while it runs
     disk_gb: float = 0.0  # the most it adds to the disk while it runs
+    nice: int = 0  # its processes' CPU priority (nice(1)): below 0 goes first
 
     @property
     def label(self) -> str:
@@ -144,7 +145,9 @@ def waits_for(
     return None
 
 
-_KEYS = {"name", "budget", "args", "after", "env", "alone", "external", "why", "cpus", "disk_gb"}
+_KEYS = {
+    "name", "budget", "args", "after", "env", "alone", "external", "why", "cpus", "disk_gb", "nice"
+}  # fmt: skip
 
 
 def _number(
@@ -181,6 +184,9 @@ def _session(path: Path, i: int, row: object) -> Session:
     env = row.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         raise HaloError(f"{path}: {where}.env: expected a table of strings")
+    nice = row.get("nice", 0)
+    if isinstance(nice, bool) or not isinstance(nice, int) or not -20 <= nice <= 19:
+        raise HaloError(f"{path}: {where}.nice: expected an integer from -20 to 19, got {nice!r}")
     flags = {k: row.get(k, False) for k in ("alone", "external")}
     for k, v in flags.items():
         if not isinstance(v, bool):
@@ -196,6 +202,7 @@ def _session(path: Path, i: int, row: object) -> Session:
         why=str(row.get("why", "")),
         cpus=_number(path, f"{where}.cpus", row.get("cpus", 1), "cores"),
         disk_gb=_number(path, f"{where}.disk_gb", row.get("disk_gb", 0), "GB", positive=False),
+        nice=nice,
     )
 
 

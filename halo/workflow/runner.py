@@ -46,10 +46,13 @@ class Outcome:
 
 
 def nox_launch(noxfile: Path) -> Launch:
-    """`python -m nox -f NOXFILE -s NAME [-- ARGS]`, output into ``log``, in its own group."""
+    """`python -m nox -f NOXFILE -s NAME [-- ARGS]`, output into ``log``, in its own group, at
+    the session's nice (coreutils' nice: where it may not raise a priority it says so and runs
+    the session at its own)."""
 
     def launch(s: Session, env: Mapping[str, str], log: TextIO) -> subprocess.Popen[bytes]:
-        argv = [sys.executable, "-m", "nox", "--noxfile", str(noxfile), "-s", s.name]
+        argv = ["nice", "-n", str(s.nice)] if s.nice else []
+        argv += [sys.executable, "-m", "nox", "--noxfile", str(noxfile), "-s", s.name]
         if s.args:
             argv += ["--", *s.args]
         return subprocess.Popen(

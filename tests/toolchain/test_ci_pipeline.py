@@ -7,6 +7,7 @@ by side", "after" and "alone" are seen in their timestamps, not assumed.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -29,7 +30,7 @@ from halo.workflow.pipeline import (
     parse_pipeline,
     waits_for,
 )
-from halo.workflow.runner import run_pipeline, session_env
+from halo.workflow.runner import nox_launch, run_pipeline, session_env
 from halo.workflow.sessions import nox_sessions
 
 P = Path("ci/pipeline.toml")
@@ -75,6 +76,11 @@ def test_the_committed_pipeline_names_only_real_sessions_and_fits_its_target() -
             "sessions[a].disk_gb: expected a non-negative number of GB",
         ),
         (HEAD + 'cpus = "many"\nsessions = [{ name = "a", budget = 1 }]', "cpus: expected a"),
+        (
+            HEAD + 'sessions = [{ name = "a", budget = 1, nice = 20 }]',
+            "sessions[a].nice: expected an integer from -20 to 19, got 20",
+        ),
+        (HEAD + 'sessions = [{ name = "a", budget = 1, nice = 1.5 }]', "an integer from -20"),
     ],
 )
 def test_a_broken_table_is_one_line(text: str, line: str) -> None:
@@ -409,6 +415,26 @@ def test_a_kept_run_is_compared_with_the_next(tmp_path: Path) -> None:
     assert "last run" in cireport.render(later, last)
 
 
+def test_a_session_runs_at_its_nice_and_one_without_at_the_runners(tmp_path: Path) -> None:
+    """nox_launch starts the real nox; the session's process reports its own niceness."""
+    noxfile = tmp_path / "noxfile.py"
+    noxfile.write_text(
+        "import os\nfrom pathlib import Path\nimport nox\n\n"
+        "@nox.session(python=False)\n"
+        "def probe(session):\n"
+        "    Path(session.posargs[0]).write_text(str(os.nice(0)))\n"
+    )
+    launch = nox_launch(noxfile)
+    seen = {}
+    for nice in (0, 5):
+        out = tmp_path / f"nice-{nice}"
+        s = Session("probe", 1, args=(str(out),), nice=nice)
+        with (tmp_path / f"log-{nice}").open("w") as log:
+            assert launch(s, dict(os.environ), log).wait(timeout=120) == 0
+        seen[nice] = int(out.read_text())
+    assert seen == {0: os.nice(0), 5: min(os.nice(0) + 5, 19)}
+
+
 def test_the_runner_end_to_end_through_nox_with_a_real_session(repo_copy: Path) -> None:
     """`halo workflow run --only checks lint`: real nox sessions, the table, the files."""
     # A checkout, as CI's: ruff reads .gitignore and the device check lists git's files.
@@ -418,7 +444,7 @@ def test_the_runner_end_to_end_through_nox_with_a_real_session(repo_copy: Path) 
         [sys.executable, "-m", "halo", "workflow", "run", "--only", "checks", "lint",
          "--report", str(repo_copy / "rep")],
         cwd=repo_copy, capture_output=True, text=True, check=False,
-        env={**__import__("os").environ, "XDG_CACHE_HOME": str(repo_copy / "cache"),
+        env={**os.environ, "XDG_CACHE_HOME": str(repo_copy / "cache"),
              "HALO_CI_STARTED": str(time.time() - 30)},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
