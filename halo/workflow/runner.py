@@ -11,6 +11,7 @@ session's dependents are skipped; the others go on. The process launch is one fu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -55,7 +56,7 @@ def nox_launch(noxfile: Path) -> Launch:
         argv += [sys.executable, "-m", "nox", "--noxfile", str(noxfile), "-s", s.name]
         if s.args:
             argv += ["--", *s.args]
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             argv,
             cwd=noxfile.parent,
             env=dict(env),
@@ -64,8 +65,20 @@ def nox_launch(noxfile: Path) -> Launch:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        if s.nice:
+            group_nice(proc.pid, s.nice)
+        return proc
 
     return launch
+
+
+def group_nice(pid: int, nice: int) -> None:
+    """The nice of ``pid``'s scheduling group, where the kernel has them (sched_autogroup: one
+    group per session, and each container's is one). The cores are shared out between groups
+    first and by nice(1) only within one, so a session's nice alone reorders nothing between
+    sessions: run 34's toolchain tests at nice -10 took 17.4 minutes, as at nice 0."""
+    with contextlib.suppress(OSError):
+        Path(f"/proc/{pid}/autogroup").write_text(f"{nice}\n")
 
 
 def session_env(s: Session, report: Path, base: Mapping[str, str]) -> dict[str, str]:
@@ -237,7 +250,6 @@ def run_pipeline(
 
 def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
     """Interrupt: each session's whole process group gets SIGTERM (nox passes it on)."""
-    import contextlib
     import signal
 
     for p in procs:
