@@ -66,13 +66,13 @@ def nox_launch(noxfile: Path) -> Launch:
             start_new_session=True,
         )
         if s.nice:
-            group_nice(proc.pid, s.nice)
+            _group_nice(proc.pid, s.nice)
         return proc
 
     return launch
 
 
-def group_nice(pid: int, nice: int) -> None:
+def _group_nice(pid: int, nice: int) -> None:
     """The nice of ``pid``'s scheduling group, where the kernel has them (sched_autogroup: one
     group per session, and each container's is one). The cores are shared out between groups
     first and by nice(1) only within one, so a session's nice alone reorders nothing between
