@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from halo.atomic import write_text
@@ -19,13 +20,15 @@ from halo.paths import cache_home, scratch_root, store_root
 from halo.report import say, table
 from halo.workflow import cireport
 from halo.workflow.machine import Sampler, cores, free_gb
-from halo.workflow.pipeline import Pipeline
+from halo.workflow.pipeline import Pipeline, Slot, critical_path
 from halo.workflow.runner import nox_launch, run_pipeline
 
 HISTORY_KEEP = 20
 
 
-def dry_run(pipeline: Pipeline) -> str:
+def dry_run(pipeline: Pipeline, slots: Sequence[Slot]) -> str:
+    """The table as the runner reads it, with the run its budgets plan (``slots``)."""
+    at = {x.session.name: x for x in slots}
     rows = [
         (
             s.label,
@@ -35,17 +38,24 @@ def dry_run(pipeline: Pipeline) -> str:
             f"{s.disk_gb:g}" if s.disk_gb else "",
             f"{s.nice:+d}" if s.nice else "",
             f"{s.budget:g}",
+            f"{at[s.name].start:.1f}-{at[s.name].end:.1f}" if s.name in at else "",
         )
         for s in pipeline.sessions
     ]
     room = f"{pipeline.cpus:g}" if pipeline.cpus is not None else f"{cores() + 1} (cores + 1)"
+    end = max((x.end for x in slots), default=0.0)
     head = (
         f"{pipeline.path}: {len(pipeline.sessions)} sessions; budget target "
         f"{pipeline.target_minutes:g} min, limit {pipeline.limit_minutes:g} min; room for "
         f"{room} cores, the free disk less {pipeline.disk_margin_gb:g} GB"
     )
-    cols = ("session", "after", "alone", "cores", "disk GB", "nice", "budget (min)")
-    return head + "\n" + table(cols, rows)
+    foot = (
+        f"each session at its whole budget, the run takes {end:.1f} min (limit "
+        f"{pipeline.limit_minutes:g}), waiting on "
+        + " -> ".join(x.session.name for x in critical_path(slots))
+    )
+    cols = ("session", "after", "alone", "cores", "disk GB", "nice", "budget (min)", "planned")
+    return head + "\n" + table(cols, rows) + "\n" + foot
 
 
 def _started() -> tuple[float, float | None]:

@@ -93,7 +93,8 @@ def _host_setup(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from halo.paths import find_repo, scratch_root
     from halo.workflow.cirun import dry_run, run_ci
-    from halo.workflow.pipeline import load_pipeline
+    from halo.workflow.machine import cores
+    from halo.workflow.pipeline import check_plan, load_pipeline
     from halo.workflow.sessions import nox_sessions
 
     repo = find_repo()
@@ -102,7 +103,8 @@ def _run(args: argparse.Namespace) -> int:
     pipeline = load_pipeline(path, nox_sessions(repo / "noxfile.py"), shown)
     if args.only:
         pipeline = pipeline.only(args.only)
+    slots = check_plan(pipeline, cores() + 1.0)
     if args.dry_run:
-        print(dry_run(pipeline))
+        print(dry_run(pipeline, slots))
         return 0
     return run_ci(repo, pipeline, args.report or scratch_root() / "ci-report")

@@ -8,15 +8,17 @@ running ones may still take (DiskLedger) and ``disk_margin_gb``. Bazel schedules
 so (resource sets): two cores running five builds at once ran each one slower than in turn,
 and ran the disk full. Waiting sessions start in the table's order. ``alone`` waits for every other
 session and runs with the machine to itself (a benchmark). ``external`` rows are timed by
-their caller (.ci/run's setup), not started here. Parsing is pure: one HaloError line for
-anything wrong with the file.
+their caller (.ci/run's setup), not started here. ``plan`` is the run the budgets make, each
+session taking its whole budget and started by the runner's rules (``turn_has_come``,
+``waits_for``); a table whose plan passes limit_minutes is refused (``check_plan``). Parsing
+is pure: one HaloError line for anything wrong with the file.
 """
 
 from __future__ import annotations
 
 import math
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -143,6 +145,84 @@ def waits_for(
     if s.disk_gb > 0 and s.disk_gb > room:
         return f"disk: {max(room, 0):.0f} GB to spare, it may write {s.disk_gb:g}"
     return None
+
+
+def turn_has_come(
+    s: Session, pending: Sequence[Session], running: Sequence[Session], ended: Collection[str]
+) -> bool:
+    """Has everything ``s`` waits for ended, with no ``alone`` session in its way? One alone
+    waits for every other session to end, and nothing starts beside it."""
+    if not all(a in ended for a in s.after):
+        return False
+    if s.alone:
+        return not running and not any(p is not s and not p.alone for p in pending)
+    return not any(r.alone for r in running)
+
+
+@dataclass(frozen=True)
+class Slot:
+    session: Session
+    start: float  # minutes from the run's start
+    end: float
+
+
+def plan(pipeline: Pipeline, cpus: float) -> tuple[Slot, ...]:
+    """The run as its budgets plan it, every session taking its whole budget: the external rows
+    (setup) first, one after another, then each session started as the runner starts it (its
+    ``after``, ``alone``, cores within ``cpus`` unless the table names its own). The disk is
+    not planned: the runner measures it as the run goes. In the table's order."""
+    t = 0.0
+    slots: dict[str, Slot] = {}
+    for s in pipeline.sessions:
+        if s.external:
+            slots[s.name] = Slot(s, t, t + s.budget)
+            t += s.budget
+    room = pipeline.cpus if pipeline.cpus is not None else cpus
+    pending, running, ended = list(pipeline.runnable), list[Slot](), set[str]()
+    while pending or running:
+        for s in list(pending):
+            beside = [r.session for r in running]
+            if turn_has_come(s, pending, beside, ended) and (
+                waits_for(s, beside, room, math.inf, 0.0) is None
+            ):
+                pending.remove(s)
+                slots[s.name] = Slot(s, t, t + s.budget)
+                running.append(slots[s.name])
+        if not running:  # _check_graph refuses cycles; this is the alone rule's dead end
+            names = ", ".join(s.name for s in pending)
+            raise HaloError(f"{pipeline.path}: sessions that can never start: {names}")
+        t = min(r.end for r in running)
+        ended |= {r.session.name for r in running if r.end <= t}
+        running = [r for r in running if r.end > t]
+    return tuple(slots[s.name] for s in pipeline.sessions)
+
+
+def critical_path(slots: Sequence[Slot]) -> tuple[Slot, ...]:
+    """The planned sessions the run's end waits on, first to last: from the last to end, back
+    through the one that ended as each started (what it waited for, else what made room)."""
+    if not slots:
+        return ()
+    path = [max(slots, key=lambda x: x.end)]
+    while True:
+        cur = path[-1]
+        before = [x for x in slots if x is not cur and abs(x.end - cur.start) < 1e-9]
+        if not before or cur.start <= 0:
+            return tuple(reversed(path))
+        path.append(min(before, key=lambda x: (x.session.name not in cur.session.after, x.start)))
+
+
+def check_plan(pipeline: Pipeline, cpus: float) -> tuple[Slot, ...]:
+    """The plan, refused in one line when it passes limit_minutes: budgets that all hold then
+    make a run within the limit."""
+    slots = plan(pipeline, cpus)
+    end = max((x.end for x in slots), default=0.0)
+    if end > pipeline.limit_minutes + 1e-9:
+        path = " -> ".join(x.session.name for x in critical_path(slots))
+        raise HaloError(
+            f"{pipeline.path}: the budgets plan a run of {end:g} minutes, over limit_minutes "
+            f"{pipeline.limit_minutes:g} ({path})"
+        )
+    return slots
 
 
 _KEYS = {

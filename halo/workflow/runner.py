@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from halo.workflow.pipeline import DiskLedger, Pipeline, Session, waits_for
+from halo.workflow.pipeline import DiskLedger, Pipeline, Session, turn_has_come, waits_for
 
 Launch = Callable[[Session, Mapping[str, str], TextIO], subprocess.Popen[bytes]]
 HEARTBEAT_S = 60.0
@@ -195,14 +195,9 @@ def run_pipeline(
                     done[s.name] = Outcome(s, "skipped", clock(), clock(), None, Path(), reason=why)
                     say(f"{stamp()} skip {s.label}: {why}")
                     continue
-                if not all(a in done for a in s.after):
-                    continue
-                others_left = [p for p in pending if p is not s and not p.alone] or running
-                if s.alone and others_left:
-                    continue
-                if not s.alone and any(r.session.alone for r in running.values()):
-                    continue
                 beside_now = [r.session for r in running.values()]
+                if not turn_has_come(s, pending, beside_now, done):
+                    continue
                 why = waits_for(
                     s, beside_now, room, free_now, pipeline.disk_margin_gb, ledger.held_gb
                 )

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
@@ -26,8 +27,11 @@ from halo.workflow.pipeline import (
     DiskLedger,
     Pipeline,
     Session,
+    check_plan,
+    critical_path,
     load_pipeline,
     parse_pipeline,
+    plan,
     waits_for,
 )
 from halo.workflow.runner import nox_launch, run_pipeline, session_env
@@ -44,6 +48,9 @@ def test_the_committed_pipeline_names_only_real_sessions_and_fits_its_target() -
     assert pipeline.session("test-toolchain").budget <= 15  # the issue's bound
     # Every CI session once: nothing in the table runs a tier or a build twice.
     assert len([s for s in pipeline.sessions if s.name == "test-toolchain"]) == 1
+    # Its budgets compose: each session at its whole budget on CI's two cores, within the limit.
+    slots = check_plan(pipeline, 3.0)
+    assert max(x.end for x in slots) <= pipeline.limit_minutes
 
 
 @pytest.mark.parametrize(
@@ -90,6 +97,54 @@ def test_a_broken_table_is_one_line(text: str, line: str) -> None:
     assert "\n" not in err.value.message
 
 
+def _slots(pipeline: Pipeline, cpus: float = 3.0) -> dict[str, tuple[float, float]]:
+    return {x.session.name: (x.start, x.end) for x in plan(pipeline, cpus)}
+
+
+def test_the_budgets_plan_the_run_as_the_runner_would_start_it() -> None:
+    pipeline = _pipeline(
+        Session("setup", 1, external=True),
+        Session("build", 2),
+        Session("images", 10),
+        Session("tests", 5, after=("build",), cpus=1.5),
+        Session("slurm", 3, after=("build",), cpus=0.5),
+        Session("kernels", 6, after=("build",)),
+        Session("s3", 1, after=("slurm",), cpus=0.5),
+        Session("bench", 1, alone=True),
+    )
+    assert _slots(pipeline) == {
+        "setup": (0, 1),  # before every session
+        "build": (1, 3),
+        "images": (1, 11),
+        "tests": (3, 8),  # after build, beside images: 2.5 of 3 cores
+        "slurm": (3, 6),  # the last half core
+        "s3": (6, 7),  # its half core, as slurm ended
+        "kernels": (8, 14),  # the first whole core free: tests' end
+        "bench": (14, 15),  # alone: after everything else
+    }
+    path = critical_path(plan(pipeline, 3.0))
+    assert [x.session.name for x in path] == ["setup", "build", "tests", "kernels", "bench"]
+    # On more cores kernels starts with tests and images' ten minutes become the path.
+    assert _slots(pipeline, 4.0)["kernels"] == (3, 9)
+    assert [x.session.name for x in critical_path(plan(pipeline, 4.0))] == [
+        "setup", "images", "bench"
+    ]  # fmt: skip
+
+
+def test_budgets_that_plan_a_run_past_the_limit_are_one_line() -> None:
+    pipeline = replace(
+        _pipeline(Session("build", 20), Session("tests", 30, after=("build",))),
+        limit_minutes=45,
+    )
+    with pytest.raises(HaloError) as err:
+        check_plan(pipeline, 3.0)
+    assert err.value.message == (
+        "ci/pipeline.toml: the budgets plan a run of 50 minutes, over limit_minutes 45 "
+        "(build -> tests)"
+    )
+    assert max(x.end for x in check_plan(replace(pipeline, limit_minutes=50), 3.0)) == 50
+
+
 def test_a_broken_table_is_one_line_and_exit_2_from_the_cli(repo_copy: Path) -> None:
     (repo_copy / "ci" / "pipeline.toml").write_text(HEAD + 'sessions = [{ name = "lint" }]\n')
     proc = halo("workflow", "run", "--dry-run", cwd=repo_copy)
@@ -98,6 +153,27 @@ def test_a_broken_table_is_one_line_and_exit_2_from_the_cli(repo_copy: Path) -> 
         "halo: error: ci/pipeline.toml: sessions[lint].budget: expected a positive number of "
         "minutes, got None"
     ]
+
+
+def test_the_dry_run_shows_the_planned_run_and_refuses_one_past_the_limit(
+    repo_copy: Path,
+) -> None:
+    proc = halo("workflow", "run", "--dry-run", cwd=repo_copy)
+    assert proc.returncode == 0, proc.stderr
+    assert "planned" in proc.stdout.splitlines()[1]
+    assert "each session at its whole budget, the run takes" in proc.stdout
+    assert "waiting on setup -> " in proc.stdout
+    table = repo_copy / "ci" / "pipeline.toml"
+    table.write_text(
+        table.read_text()
+        .replace("limit_minutes = 60", "limit_minutes = 25")
+        .replace("target_minutes = 35", "target_minutes = 20")
+    )
+    proc = halo("workflow", "run", "--dry-run", cwd=repo_copy)
+    assert proc.returncode == 2
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("halo: error: ci/pipeline.toml: the budgets plan a run of ")
+    assert "over limit_minutes 25 (setup -> " in line
 
 
 class Recorder:
