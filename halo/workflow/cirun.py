@@ -20,7 +20,7 @@ from halo.paths import cache_home, scratch_root, store_root
 from halo.report import say, table
 from halo.workflow import cireport
 from halo.workflow.machine import Sampler, cores, free_gb
-from halo.workflow.pipeline import Pipeline, Slot, critical_path
+from halo.workflow.pipeline import Pipeline, Slot, planned
 from halo.workflow.runner import nox_launch, run_pipeline
 
 HISTORY_KEEP = 20
@@ -43,7 +43,7 @@ def dry_run(pipeline: Pipeline, slots: Sequence[Slot]) -> str:
         for s in pipeline.sessions
     ]
     room = f"{pipeline.cpus:g}" if pipeline.cpus is not None else f"{cores() + 1} (cores + 1)"
-    end = max((x.end for x in slots), default=0.0)
+    end, path = planned(slots)
     head = (
         f"{pipeline.path}: {len(pipeline.sessions)} sessions; budget target "
         f"{pipeline.target_minutes:g} min, limit {pipeline.limit_minutes:g} min; room for "
@@ -51,8 +51,7 @@ def dry_run(pipeline: Pipeline, slots: Sequence[Slot]) -> str:
     )
     foot = (
         f"each session at its whole budget, the run takes {end:.1f} min (limit "
-        f"{pipeline.limit_minutes:g}), waiting on "
-        + " -> ".join(x.session.name for x in critical_path(slots))
+        f"{pipeline.limit_minutes:g}), waiting on {path}"
     )
     cols = ("session", "after", "alone", "cores", "disk GB", "nice", "budget (min)", "planned")
     return head + "\n" + table(cols, rows) + "\n" + foot

@@ -54,6 +54,10 @@ class Pipeline:
     cpus: float | None = None  # None: the machine's cores + 1
     disk_margin_gb: float = 6.0
 
+    def room(self, machine: float) -> float:
+        """The cores sessions may keep busy at once: the table's ``cpus``, else ``machine``'s."""
+        return self.cpus if self.cpus is not None else machine
+
     def session(self, name: str) -> Session:
         for s in self.sessions:
             if s.name == name:
@@ -177,7 +181,7 @@ def plan(pipeline: Pipeline, cpus: float) -> tuple[Slot, ...]:
         if s.external:
             slots[s.name] = Slot(s, t, t + s.budget)
             t += s.budget
-    room = pipeline.cpus if pipeline.cpus is not None else cpus
+    room = pipeline.room(cpus)
     pending, running, ended = list(pipeline.runnable), list[Slot](), set[str]()
     while pending or running:
         for s in list(pending):
@@ -203,21 +207,24 @@ def critical_path(slots: Sequence[Slot]) -> tuple[Slot, ...]:
     if not slots:
         return ()
     path = [max(slots, key=lambda x: x.end)]
-    while True:
+    while before := [x for x in slots if abs(x.end - path[-1].start) < 1e-9]:
         cur = path[-1]
-        before = [x for x in slots if x is not cur and abs(x.end - cur.start) < 1e-9]
-        if not before or cur.start <= 0:
-            return tuple(reversed(path))
         path.append(min(before, key=lambda x: (x.session.name not in cur.session.after, x.start)))
+    return tuple(reversed(path))
+
+
+def planned(slots: Sequence[Slot]) -> tuple[float, str]:
+    """(the planned run's minutes, the sessions its end waits on as "a -> b -> c")."""
+    end = max((x.end for x in slots), default=0.0)
+    return end, " -> ".join(x.session.name for x in critical_path(slots))
 
 
 def check_plan(pipeline: Pipeline, cpus: float) -> tuple[Slot, ...]:
     """The plan, refused in one line when it passes limit_minutes: budgets that all hold then
     make a run within the limit."""
     slots = plan(pipeline, cpus)
-    end = max((x.end for x in slots), default=0.0)
+    end, path = planned(slots)
     if end > pipeline.limit_minutes + 1e-9:
-        path = " -> ".join(x.session.name for x in critical_path(slots))
         raise HaloError(
             f"{pipeline.path}: the budgets plan a run of {end:g} minutes, over limit_minutes "
             f"{pipeline.limit_minutes:g} ({path})"

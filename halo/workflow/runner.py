@@ -156,7 +156,7 @@ def run_pipeline(
     running: dict[str, _Running] = {}
     done: dict[str, Outcome] = {}
     last_beat = t0
-    room = pipeline.cpus if pipeline.cpus is not None else cpus
+    room = pipeline.room(cpus)
     waiting: dict[str, str] = {}  # a pending session whose turn has come: why it waits
     ledger = DiskLedger(free_gb())
 
